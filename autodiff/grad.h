@@ -1,0 +1,19 @@
+// Reverse-mode differentiation as a graph transformation: grad() appends the gradient
+// as more nodes built from the same primitives, so it can be printed, run, checked and
+// differentiated again. Knows no op by name: each op's gradient rule comes from the op
+// table, and broadcasting is undone here, once, with op::sum_to.
+#pragma once
+
+#include <vector>
+
+#include "ops/build.h"
+#include "ops/graph.h"
+
+namespace gg {
+
+// Appends d(out)/d(wrt[i]) for each i and returns their ids, each with wrt[i]'s shape and
+// named "grad(<wrt name>)". `out` must be a scalar unless a `seed` (d(loss)/d(out), of
+// out's shape) is given. A wrt that `out` does not depend on gets zeros.
+std::vector<NodeId> grad(Graph& g, NodeId out, const std::vector<NodeId>& wrt, NodeId seed = -1);
+
+}  // namespace gg

@@ -1,0 +1,163 @@
+// Expr operators and primitive wrappers: each opens a UserSite with the caller's line
+// and forwards to the ops builder.
+#include "dsl/expr.h"
+
+#include <fmt/format.h>
+
+namespace gg::dsl {
+
+std::int64_t Expr::dim(int axis) const {
+  const Shape& s = shape();
+  int a = axis < 0 ? axis + int(s.size()) : axis;
+  if (a < 0 || a >= int(s.size()))
+    g->fail(node(), fmt::format("dim({}) out of range for shape {}", axis, to_string(s)));
+  return s[std::size_t(a)];
+}
+
+namespace {
+NodeId as_node(Graph& g, const Operand& o) { return o.is_scalar ? op::scalar(g, o.value, o.loc) : o.e.id; }
+
+template <class F>
+Expr binary(Expr a, const Operand& b, F f) {
+  UserSite site(*a.g, b.loc);
+  return {a.g, f(*a.g, a.id, as_node(*a.g, b), b.loc)};
+}
+template <class F>
+Expr binary_left_scalar(float a, const Operand& b, F f) {
+  Graph& g = *b.e.g;
+  UserSite site(g, b.loc);
+  return {&g, f(g, op::scalar(g, a, b.loc), b.e.id, b.loc)};
+}
+}  // namespace
+
+Expr operator+(Expr a, Operand b) { return binary(a, b, [](Graph& g, NodeId x, NodeId y, Loc l) { return op::add(g, x, y, l); }); }
+Expr operator-(Expr a, Operand b) { return binary(a, b, [](Graph& g, NodeId x, NodeId y, Loc l) { return op::sub(g, x, y, l); }); }
+Expr operator*(Expr a, Operand b) { return binary(a, b, [](Graph& g, NodeId x, NodeId y, Loc l) { return op::mul(g, x, y, l); }); }
+Expr operator/(Expr a, Operand b) { return binary(a, b, [](Graph& g, NodeId x, NodeId y, Loc l) { return op::div(g, x, y, l); }); }
+Expr operator+(float a, Operand b) { return binary_left_scalar(a, b, [](Graph& g, NodeId x, NodeId y, Loc l) { return op::add(g, x, y, l); }); }
+Expr operator-(float a, Operand b) { return binary_left_scalar(a, b, [](Graph& g, NodeId x, NodeId y, Loc l) { return op::sub(g, x, y, l); }); }
+Expr operator*(float a, Operand b) { return binary_left_scalar(a, b, [](Graph& g, NodeId x, NodeId y, Loc l) { return op::mul(g, x, y, l); }); }
+Expr operator/(float a, Operand b) { return binary_left_scalar(a, b, [](Graph& g, NodeId x, NodeId y, Loc l) { return op::div(g, x, y, l); }); }
+Expr operator-(Operand a) {
+  UserSite site(*a.e.g, a.loc);
+  return {a.e.g, op::neg(*a.e.g, a.e.id, a.loc)};
+}
+
+Expr input(Graph& g, const std::string& name, Shape shape, DType dtype, Loc loc) {
+  UserSite site(g, loc);
+  return {&g, op::input(g, name, std::move(shape), dtype, loc)};
+}
+Expr param(Graph& g, const std::string& name, Shape shape, Init init, Loc loc) {
+  UserSite site(g, loc);
+  return {&g, op::param(g, name, std::move(shape), init, loc)};
+}
+Expr constant(Graph& g, std::vector<float> values, Shape shape, DType dtype, Loc loc) {
+  UserSite site(g, loc);
+  return {&g, op::constant(g, std::move(values), std::move(shape), dtype, loc)};
+}
+Expr scalar(Graph& g, float v, Loc loc) {
+  UserSite site(g, loc);
+  return {&g, op::scalar(g, v, loc)};
+}
+Init normal_init(float std, float mean) { return {Init::normal, mean, std}; }
+Init uniform_init(float lo, float hi) { return {Init::uniform, lo, hi}; }
+
+#define GG_WRAP1(fn)                      \
+  Expr fn(Expr x, Loc loc) {              \
+    UserSite site(*x.g, loc);             \
+    return {x.g, op::fn(*x.g, x.id, loc)}; \
+  }
+GG_WRAP1(exp)
+GG_WRAP1(log)
+GG_WRAP1(sqrt)
+GG_WRAP1(tanh)
+GG_WRAP1(erf)
+#undef GG_WRAP1
+
+Expr matmul(Expr a, Expr b, bool ta, bool tb, Loc loc) {
+  UserSite site(*a.g, loc);
+  return {a.g, op::matmul(*a.g, a.id, b.id, ta, tb, loc)};
+}
+Expr maximum(Expr a, Expr b, Loc loc) {
+  UserSite site(*a.g, loc);
+  return {a.g, op::maximum(*a.g, a.id, b.id, loc)};
+}
+Expr compare(Expr a, Expr b, Cmp cmp, Loc loc) {
+  UserSite site(*a.g, loc);
+  return {a.g, op::compare(*a.g, a.id, b.id, cmp, loc)};
+}
+Expr where(Expr c, Expr a, Expr b, Loc loc) {
+  UserSite site(*a.g, loc);
+  return {a.g, op::where(*a.g, c.id, a.id, b.id, loc)};
+}
+Expr sum(Expr x, std::int64_t axis, bool keepdim, Loc loc) {
+  UserSite site(*x.g, loc);
+  return {x.g, op::sum(*x.g, x.id, axis, keepdim, loc)};
+}
+Expr max(Expr x, std::int64_t axis, bool keepdim, Loc loc) {
+  UserSite site(*x.g, loc);
+  return {x.g, op::max(*x.g, x.id, axis, keepdim, loc)};
+}
+Expr mean(Expr x, std::int64_t axis, bool keepdim, Loc loc) {
+  UserSite site(*x.g, loc);
+  Expr s = sum(x, axis, keepdim, loc);
+  return s * (1.f / float(x.dim(int(axis))));
+}
+Expr sum_all(Expr x, Loc loc) {
+  UserSite site(*x.g, loc);
+  if (x.rank() == 0) return x;
+  return sum(reshape(x, {-1}, loc), 0, false, loc);
+}
+Expr mean_all(Expr x, Loc loc) {
+  UserSite site(*x.g, loc);
+  return sum_all(x, loc) * (1.f / float(numel(x.shape())));
+}
+Expr reshape(Expr x, Shape shape, Loc loc) {
+  UserSite site(*x.g, loc);
+  return {x.g, op::reshape(*x.g, x.id, std::move(shape), loc)};
+}
+Expr permute(Expr x, Shape perm, Loc loc) {
+  UserSite site(*x.g, loc);
+  return {x.g, op::permute(*x.g, x.id, std::move(perm), loc)};
+}
+Expr transpose(Expr x, int a, int b, Loc loc) {
+  UserSite site(*x.g, loc);
+  const int r = x.rank();
+  if (a < 0) a += r;
+  if (b < 0) b += r;
+  Shape perm(std::size_t(std::max(r, 0)));
+  for (int i = 0; i < r; ++i) perm[std::size_t(i)] = i;
+  if (a >= 0 && a < r && b >= 0 && b < r) std::swap(perm[std::size_t(a)], perm[std::size_t(b)]);
+  else perm.clear();  // the permute rule reports the bad axes
+  return permute(x, perm, loc);
+}
+Expr expand(Expr x, Shape shape, Loc loc) {
+  UserSite site(*x.g, loc);
+  return {x.g, op::expand(*x.g, x.id, std::move(shape), loc)};
+}
+Expr slice(Expr x, std::int64_t axis, std::int64_t begin, std::int64_t end, Loc loc) {
+  UserSite site(*x.g, loc);
+  return {x.g, op::slice(*x.g, x.id, axis, begin, end, loc)};
+}
+Expr concat(const std::vector<Expr>& xs, std::int64_t axis, Loc loc) {
+  GG_CHECK(!xs.empty());
+  UserSite site(*xs[0].g, loc);
+  std::vector<NodeId> ids;
+  for (const Expr& e : xs) ids.push_back(e.id);
+  return {xs[0].g, op::concat(*xs[0].g, ids, axis, loc)};
+}
+Expr gather(Expr x, Expr index, std::int64_t axis, Loc loc) {
+  UserSite site(*x.g, loc);
+  return {x.g, op::gather(*x.g, x.id, index.id, axis, loc)};
+}
+
+std::vector<Expr> grad(Expr out, const std::vector<Expr>& wrt) {
+  std::vector<NodeId> ids;
+  for (const Expr& e : wrt) ids.push_back(e.id);
+  std::vector<NodeId> gs = gg::grad(*out.g, out.id, ids);
+  std::vector<Expr> r;
+  for (NodeId id : gs) r.push_back({out.g, id});
+  return r;
+}
+
+}  // namespace gg::dsl

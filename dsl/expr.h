@@ -1,0 +1,94 @@
+// What users write: Expr handles over graph nodes with + - * / and matmul, leaves
+// (input, param, constant), scoped names, and one free function per primitive. Every
+// call records the user's source line, so a shape error points at the user's code.
+// Composite layers (linear, softmax, attention, ...) are in dsl/nn.h.
+#pragma once
+
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "autodiff/grad.h"
+#include "ops/build.h"
+#include "ops/graph.h"
+
+namespace gg::dsl {
+
+using Loc = std::source_location;
+
+// A handle to one node of a graph. Cheap to copy; the graph must outlive it.
+struct Expr {
+  Graph* g = nullptr;
+  NodeId id = -1;
+
+  const Node& node() const { return g->node(id); }
+  const Shape& shape() const { return node().shape; }
+  std::int64_t dim(int axis) const;  // negative counts from the end
+  int rank() const { return int(shape().size()); }
+  DType dtype() const { return node().dtype; }
+  const std::string& name() const { return node().name; }
+};
+
+// An operand of an operator, carrying the line where the user wrote the expression
+// (operators cannot take a defaulted source_location, a converting constructor can).
+struct Operand {
+  Expr e;
+  float value = 0.f;
+  bool is_scalar = false;
+  Loc loc;
+  Operand(Expr x, Loc l = Loc::current()) : e(x), loc(l) {}
+  Operand(float v, Loc l = Loc::current()) : value(v), is_scalar(true), loc(l) {}
+  Operand(double v, Loc l = Loc::current()) : value(float(v)), is_scalar(true), loc(l) {}
+  Operand(int v, Loc l = Loc::current()) : value(float(v)), is_scalar(true), loc(l) {}
+};
+
+Expr operator+(Expr a, Operand b);
+Expr operator-(Expr a, Operand b);
+Expr operator*(Expr a, Operand b);
+Expr operator/(Expr a, Operand b);
+Expr operator+(float a, Operand b);
+Expr operator-(float a, Operand b);
+Expr operator*(float a, Operand b);
+Expr operator/(float a, Operand b);
+Expr operator-(Operand a);
+
+// Leaves.
+Expr input(Graph& g, const std::string& name, Shape shape, DType dtype = DType::f32, Loc loc = Loc::current());
+Expr param(Graph& g, const std::string& name, Shape shape, Init init = {}, Loc loc = Loc::current());
+Expr constant(Graph& g, std::vector<float> values, Shape shape, DType dtype = DType::f32, Loc loc = Loc::current());
+Expr scalar(Graph& g, float v, Loc loc = Loc::current());
+Init normal_init(float std, float mean = 0.f);
+Init uniform_init(float lo, float hi);
+inline Init zeros_init() { return {Init::zeros, 0, 0}; }
+inline Init ones_init() { return {Init::ones, 0, 0}; }
+
+// Name scope: nodes built while it is open are named "<scope>" (leaves "<scope>.<name>").
+using Scope = NameScope;
+
+// Primitives.
+Expr matmul(Expr a, Expr b, bool trans_a = false, bool trans_b = false, Loc loc = Loc::current());
+Expr exp(Expr x, Loc loc = Loc::current());
+Expr log(Expr x, Loc loc = Loc::current());
+Expr sqrt(Expr x, Loc loc = Loc::current());
+Expr tanh(Expr x, Loc loc = Loc::current());
+Expr erf(Expr x, Loc loc = Loc::current());
+Expr maximum(Expr a, Expr b, Loc loc = Loc::current());
+Expr compare(Expr a, Expr b, Cmp cmp, Loc loc = Loc::current());
+Expr where(Expr cond, Expr a, Expr b, Loc loc = Loc::current());
+Expr sum(Expr x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());
+Expr max(Expr x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());
+Expr mean(Expr x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());
+Expr sum_all(Expr x, Loc loc = Loc::current());   // to a scalar
+Expr mean_all(Expr x, Loc loc = Loc::current());  // to a scalar
+Expr reshape(Expr x, Shape shape, Loc loc = Loc::current());
+Expr permute(Expr x, Shape perm, Loc loc = Loc::current());
+Expr transpose(Expr x, int a = -2, int b = -1, Loc loc = Loc::current());
+Expr expand(Expr x, Shape shape, Loc loc = Loc::current());
+Expr slice(Expr x, std::int64_t axis, std::int64_t begin, std::int64_t end, Loc loc = Loc::current());
+Expr concat(const std::vector<Expr>& xs, std::int64_t axis, Loc loc = Loc::current());
+Expr gather(Expr x, Expr index, std::int64_t axis = 0, Loc loc = Loc::current());
+
+// Gradients of a scalar with respect to each of wrt, as graph nodes (see autodiff/grad.h).
+std::vector<Expr> grad(Expr out, const std::vector<Expr>& wrt);
+
+}  // namespace gg::dsl

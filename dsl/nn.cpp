@@ -1,0 +1,198 @@
+// The compositions of dsl/nn.h, each a few lines of primitives with shape comments.
+#include "dsl/nn.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+
+namespace gg::dsl {
+
+Expr linear(Expr x, std::int64_t out_features, const std::string& name, bool bias, std::optional<Init> w_init,
+            Loc loc) {
+  Graph& g = *x.g;
+  UserSite site(g, loc);
+  Scope scope(g, name);
+  const std::int64_t in = x.dim(-1);
+  Expr w = param(g, "weight", {out_features, in}, w_init.value_or(normal_init(0.02f)), loc);  // w: (out, in)
+  Expr y = matmul(x, w, false, true, loc);                                                    // y: (..., out)
+  if (bias) y = y + param(g, "bias", {out_features}, zeros_init(), loc);
+  return y;
+}
+
+Expr softmax(Expr x, std::int64_t axis, Loc loc) {
+  UserSite site(*x.g, loc);
+  Expr e = exp(x - max(x, axis, true));  // e: like x, largest entry of each row is 1
+  return e / sum(e, axis, true);
+}
+
+Expr log_softmax(Expr x, std::int64_t axis, Loc loc) {
+  UserSite site(*x.g, loc);
+  Expr shifted = x - max(x, axis, true);
+  return shifted - log(sum(exp(shifted), axis, true));
+}
+
+Expr layer_norm(Expr x, const std::string& name, float eps, bool bias, Loc loc) {
+  Graph& g = *x.g;
+  UserSite site(g, loc);
+  Scope scope(g, name);
+  const std::int64_t D = x.dim(-1);
+  Expr xc = x - mean(x, -1, true);                       // xc: (..., D)
+  Expr var = mean(xc * xc, -1, true);                    // var: (..., 1)
+  Expr y = xc / sqrt(var + eps);                         // y: (..., D)
+  y = y * param(g, "weight", {D}, ones_init(), loc);
+  if (bias) y = y + param(g, "bias", {D}, zeros_init(), loc);
+  return y;
+}
+
+Expr gelu(Expr x, GeluKind kind, Loc loc) {
+  UserSite site(*x.g, loc);
+  if (kind == GeluKind::erf) return 0.5f * (x * (1.f + erf(x * float(1.0 / std::numbers::sqrt2))));
+  const float c = float(std::sqrt(2.0 / std::numbers::pi));
+  Expr inner = c * (x + 0.044715f * (x * x * x));
+  return 0.5f * (x * (1.f + tanh(inner)));
+}
+
+Expr cross_entropy(Expr logits, Expr targets, int ignore_index, Loc loc) {
+  Graph& g = *logits.g;
+  UserSite site(g, loc);
+  NameScope scope(g, "cross_entropy");
+  const std::int64_t V = logits.dim(-1);
+  Shape lead(logits.shape().begin(), logits.shape().end() - 1);
+  if (targets.dtype() != DType::i32 || targets.shape() != lead)
+    g.fail(targets.node(), fmt::format("cross_entropy targets must be i32 {} to match logits {}, got {} {}",
+                                       to_string(lead), to_string(logits.shape()), to_string(targets.dtype()),
+                                       to_string(targets.shape())));
+  std::vector<float> iota(static_cast<std::size_t>(V));
+  for (std::int64_t i = 0; i < V; ++i) iota[std::size_t(i)] = float(i);
+  Expr classes = constant(g, iota, {V}, DType::i32, loc);                   // classes: (V)
+  Shape tshape = lead;
+  tshape.push_back(1);
+  Expr onehot = compare(reshape(targets, tshape), classes, Cmp::eq, loc);  // onehot: (..., V), 0 rows when ignored
+  Expr picked = sum(onehot * log_softmax(logits), -1);                      // picked: (...)
+  Expr valid = compare(targets, constant(g, {float(ignore_index)}, {}, DType::i32, loc), Cmp::ne, loc);
+  return -(sum_all(picked) / sum_all(valid));
+}
+
+Expr embedding(Expr index, std::int64_t num, std::int64_t dim, const std::string& name, Loc loc) {
+  Graph& g = *index.g;
+  UserSite site(g, loc);
+  Scope scope(g, name);
+  Expr w = param(g, "weight", {num, dim}, normal_init(0.02f), loc);  // w: (num, dim)
+  return gather(w, index, 0, loc);                                   // (..., dim)
+}
+
+Expr positional_encoding(Graph& g, std::int64_t max_len, std::int64_t d_model, Loc loc) {
+  UserSite site(g, loc);
+  std::vector<float> p(static_cast<std::size_t>(max_len * d_model));
+  for (std::int64_t pos = 0; pos < max_len; ++pos)
+    for (std::int64_t i = 0; i < d_model; ++i) {
+      const std::int64_t k2 = i - (i % 2);  // 2k
+      const double w = std::exp(-double(k2) * std::log(10000.0) / double(d_model));
+      p[std::size_t(pos * d_model + i)] = float(i % 2 == 0 ? std::sin(double(pos) * w) : std::cos(double(pos) * w));
+    }
+  NameScope scope(g, "positional_encoding");
+  return constant(g, std::move(p), {max_len, d_model}, DType::f32, loc);
+}
+
+Expr causal_mask(Graph& g, std::int64_t T, Loc loc) {
+  UserSite site(g, loc);
+  std::vector<float> m(static_cast<std::size_t>(T * T));
+  for (std::int64_t q = 0; q < T; ++q)
+    for (std::int64_t k = 0; k < T; ++k) m[std::size_t(q * T + k)] = k <= q ? 1.f : 0.f;
+  NameScope scope(g, "causal_mask");
+  return constant(g, std::move(m), {T, T}, DType::f32, loc);
+}
+
+Expr padding_mask(Expr keep, Loc loc) {
+  UserSite site(*keep.g, loc);
+  if (keep.rank() != 2) keep.g->fail(keep.node(), fmt::format("padding_mask wants keep (B, T), got {}", to_string(keep.shape())));
+  return reshape(keep, {keep.dim(0), 1, keep.dim(1)}, loc);
+}
+
+Expr masked_fill(Expr scores, Expr mask, Loc loc) {
+  Graph& g = *scores.g;
+  UserSite site(g, loc);
+  // A (B, 1, T) padding mask meets (B, H, T, T) scores: give it a head axis.
+  if (mask.rank() == 3 && scores.rank() == 4 && mask.dim(1) == 1)
+    mask = reshape(mask, {mask.dim(0), 1, 1, mask.dim(2)}, loc);
+  if (!op::broadcast_shapes(mask.shape(), scores.shape()) || mask.rank() > scores.rank())
+    g.fail(mask.node(), fmt::format("mask {} ('{}') cannot broadcast onto scores {} ('{}')", to_string(mask.shape()),
+                                    mask.name(), to_string(scores.shape()), scores.name()));
+  Expr ninf = scalar(g, -std::numeric_limits<float>::infinity(), loc);
+  return where(mask, scores, ninf, loc);
+}
+
+Expr dropout(Expr x, float p, bool training, Loc loc) {
+  if (!training || p <= 0.f) return x;
+  Graph& g = *x.g;
+  UserSite site(g, loc);
+  NameScope scope(g, "dropout");
+  if (p >= 1.f) g.fail(x.node(), fmt::format("dropout probability {} must be < 1", p));
+  Expr keep = compare(Expr{&g, op::random(g, x.shape(), loc)}, scalar(g, p), Cmp::ge, loc);  // keep: like x, 1 w.p. 1-p
+  return x * keep * (1.f / (1.f - p));
+}
+
+AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt, Loc loc) {
+  Graph& g = *q.g;
+  UserSite site(g, loc);
+  const std::int64_t hs = q.dim(-1);
+  Expr scores = matmul(q, k, false, true, loc);                          // scores: (..., T, T)
+  if (opt.scale) scores = scores * float(1.0 / std::sqrt(double(hs)));
+  if (opt.mask) scores = masked_fill(scores, *opt.mask, loc);
+  Expr weights = softmax(scores, -1, loc);                               // weights: (..., T, T)
+  Expr out = matmul(dropout(weights, opt.dropout, opt.training, loc), v, false, false, loc);  // out: (..., T, hs)
+  return {out, weights};
+}
+
+AttentionResult single_head_attention(Expr x, std::int64_t d_k, const std::string& name, const AttentionOptions& opt,
+                                      bool out_proj, Loc loc) {
+  Graph& g = *x.g;
+  UserSite site(g, loc);
+  Scope scope(g, name);
+  const std::int64_t D = x.dim(-1);
+  const Init init = normal_init(float(1.0 / std::sqrt(double(D))));
+  Expr q = matmul(x, param(g, "W_Q", {D, d_k}, init, loc), false, false, loc);  // q: (B, T, d_k)
+  Expr k = matmul(x, param(g, "W_K", {D, d_k}, init, loc), false, false, loc);  // k: (B, T, d_k)
+  Expr v = matmul(x, param(g, "W_V", {D, d_k}, init, loc), false, false, loc);  // v: (B, T, d_k)
+  AttentionResult r = attention(q, k, v, opt, loc);
+  if (out_proj) r.out = matmul(r.out, param(g, "W_O", {d_k, D}, init, loc), false, false, loc);  // (B, T, D)
+  return r;
+}
+
+AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::string& name, bool bias,
+                                     const AttentionOptions& opt, Loc loc) {
+  Graph& g = *x.g;
+  UserSite site(g, loc);
+  Scope scope(g, name);
+  const std::int64_t B = x.dim(0), T = x.dim(1), D = x.dim(2);
+  if (n_head <= 0 || D % n_head != 0)
+    g.fail(x.node(), fmt::format("multi_head_attention '{}': n_embd {} is not divisible by n_head {}", g.scope(), D, n_head));
+  const std::int64_t hs = D / n_head;
+  auto heads = [&](Expr t) {  // (B, T, D) -> (B, H, T, hs)
+    return permute(reshape(t, {B, T, n_head, hs}, loc), {0, 2, 1, 3}, loc);
+  };
+  Expr q = heads(linear(x, D, "query", bias, {}, loc));
+  Expr k = heads(linear(x, D, "key", bias, {}, loc));
+  Expr v = heads(linear(x, D, "value", bias, {}, loc));
+  AttentionResult r = attention(q, k, v, opt, loc);                            // r.out: (B, H, T, hs)
+  Expr y = reshape(permute(r.out, {0, 2, 1, 3}, loc), {B, T, D}, loc);        // y: (B, T, D)
+  r.out = linear(y, D, "proj", bias, {}, loc);
+  return r;
+}
+
+Expr transformer_block(Expr x, const std::string& name, const BlockOptions& opt, Loc loc) {
+  Graph& g = *x.g;
+  UserSite site(g, loc);
+  Scope scope(g, name);
+  const std::int64_t D = x.dim(-1);
+  Expr h = layer_norm(x, "norm1", opt.eps, opt.bias, loc);
+  x = x + multi_head_attention(h, opt.n_head, "attn", opt.bias, opt.attn, loc).out;
+  h = layer_norm(x, "norm2", opt.eps, opt.bias, loc);
+  Scope mlp(g, "mlp");
+  h = gelu(linear(h, 4 * D, "fc1", opt.bias, {}, loc), opt.gelu, loc);  // h: (B, T, 4D)
+  return x + linear(h, D, "fc2", opt.bias, {}, loc);
+}
+
+}  // namespace gg::dsl

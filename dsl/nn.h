@@ -1,0 +1,93 @@
+// Neural-network compositions built from the primitives: nothing here has a kernel or a
+// gradient rule of its own; gradients come from the primitives they are made of.
+// Each function opens a name scope (its `name`) and records the caller's line.
+#pragma once
+
+#include <optional>
+
+#include "dsl/expr.h"
+
+namespace gg::dsl {
+
+// y = x @ W^T + b, W: (out, in) as PyTorch stores it, b: (out). x: (..., in) -> (..., out).
+// Default init: W ~ N(0, 0.02), b = 0.
+Expr linear(Expr x, std::int64_t out_features, const std::string& name, bool bias = true,
+            std::optional<Init> w_init = {}, Loc loc = Loc::current());
+
+// Softmax over `axis`, with the max subtracted first (the max trick).
+Expr softmax(Expr x, std::int64_t axis = -1, Loc loc = Loc::current());
+Expr log_softmax(Expr x, std::int64_t axis = -1, Loc loc = Loc::current());
+
+// (x - mean) / sqrt(var + eps) * weight + bias over the last axis (biased variance).
+// Params "<name>.weight" (ones) and, with bias, "<name>.bias" (zeros).
+Expr layer_norm(Expr x, const std::string& name, float eps = 1e-5f, bool bias = true, Loc loc = Loc::current());
+
+enum class GeluKind { erf, tanh };
+// 0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation.
+Expr gelu(Expr x, GeluKind kind = GeluKind::erf, Loc loc = Loc::current());
+
+// Mean over non-ignored positions of -log_softmax(logits)[target].
+// logits: (..., V) f32, targets: (...) i32; targets equal to ignore_index do not count.
+Expr cross_entropy(Expr logits, Expr targets, int ignore_index = -1, Loc loc = Loc::current());
+
+// weight: (num, dim) ~ N(0, 0.02) named "<name>.weight"; index (...) i32 -> (..., dim).
+Expr embedding(Expr index, std::int64_t num, std::int64_t dim, const std::string& name, Loc loc = Loc::current());
+
+// The sinusoidal table P: (max_len, d_model), P[p, 2k] = sin(p w_k), P[p, 2k+1] = cos(p w_k),
+// w_k = exp(-(2k) ln(10000) / d_model). A constant (no parameter).
+Expr positional_encoding(Graph& g, std::int64_t max_len, std::int64_t d_model, Loc loc = Loc::current());
+
+// Masks hold 1 where attention is allowed and 0 where it is not.
+// causal_mask: (T, T), 1 where key <= query.
+Expr causal_mask(Graph& g, std::int64_t T, Loc loc = Loc::current());
+// From keep (B, T) (1 = real token, 0 = padding) to (B, 1, T), for scores (B, T, T).
+Expr padding_mask(Expr keep, Loc loc = Loc::current());
+// scores where mask is 1, -inf where it is 0. mask (T, T) or (B, 1, T) broadcasts onto
+// scores (B, T, T) or (B, H, T, T) (a (B, 1, T) mask gets a head axis for 4-D scores).
+Expr masked_fill(Expr scores, Expr mask, Loc loc = Loc::current());
+
+// Inverted dropout: zeroes each element with probability p and scales the rest by
+// 1 / (1 - p); the identity when !training or p == 0.
+Expr dropout(Expr x, float p, bool training, Loc loc = Loc::current());
+
+struct AttentionOptions {
+  std::optional<Expr> mask;  // 1 = attend, 0 = masked; filled with -inf before the softmax
+  float dropout = 0.f;       // on the weights, after the softmax and before V
+  bool training = false;
+  bool scale = true;         // multiply scores by head_size^-0.5 (off for the ablation)
+};
+
+struct AttentionResult {
+  Expr out;      // (..., T, hs)
+  Expr weights;  // (..., T, T), every row sums to 1 (before dropout)
+};
+
+// softmax(q k^T * hs^-0.5 [masked]) [dropout] @ v.  q, k, v: (..., T, hs).
+AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt = {}, Loc loc = Loc::current());
+
+// Single-head self-attention: q = x W_Q, k = x W_K, v = x W_V (no bias), W_*: (d_model, d_k)
+// named "<name>.W_Q" etc; with out_proj, out = attention(...) @ W_O, W_O: (d_k, d_model).
+// x: (B, T, d_model) -> out (B, T, d_k or d_model), weights (B, T, T).
+AttentionResult single_head_attention(Expr x, std::int64_t d_k, const std::string& name,
+                                      const AttentionOptions& opt = {}, bool out_proj = false,
+                                      Loc loc = Loc::current());
+
+// Multi-head self-attention as in the reference model: linear "query", "key", "value"
+// (D -> D), heads split to (B, H, T, hs), attention, heads concatenated, linear "proj".
+// x: (B, T, D) -> out (B, T, D), weights (B, H, T, T).
+AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::string& name, bool bias = true,
+                                     const AttentionOptions& opt = {}, Loc loc = Loc::current());
+
+struct BlockOptions {
+  std::int64_t n_head = 4;
+  bool bias = true;
+  GeluKind gelu = GeluKind::erf;
+  float eps = 1e-5f;
+  AttentionOptions attn;  // mask, dropout, training, scale
+};
+
+// Pre-LayerNorm block: x + attn(norm1(x)), then x + fc2(gelu(fc1(norm2(x)))) with a 4x MLP.
+// x: (B, T, D) -> (B, T, D).
+Expr transformer_block(Expr x, const std::string& name, const BlockOptions& opt = {}, Loc loc = Loc::current());
+
+}  // namespace gg::dsl

@@ -1,0 +1,182 @@
+// Planning and running: order the needed nodes, give every intermediate an offset in one
+// arena (a buffer is reused once its last reader has run), then loop over the steps.
+#include "ops/executor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+namespace gg {
+namespace {
+std::size_t round64(std::size_t b) { return (b + 63) / 64 * 64; }
+bool bound_leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k == OpKind::constant; }
+}  // namespace
+
+Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed)
+    : g_(g), params_(params), outputs_(std::move(outputs)), rng_(seed) {
+  for (NodeId o : outputs_) GG_CHECK(o >= 0 && o < g.size());
+  order_ = ancestors(g, outputs_);
+  const std::size_t N = std::size_t(g.size());
+  views_.assign(N, View{});
+  kept_.assign(N, 0);
+  inputs_.resize(N);
+  input_fed_.assign(N, 0);
+
+  // Liveness: the last step that reads each node; outputs live to the end.
+  std::vector<int> step_of(N, -1), last_use(N, -1);
+  for (std::size_t s = 0; s < order_.size(); ++s) {
+    NodeId id = order_[s];
+    step_of[std::size_t(id)] = int(s);
+    for (NodeId in : g.node(id).inputs) last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], int(s));
+  }
+  for (NodeId o : outputs_) {
+    last_use[std::size_t(o)] = INT_MAX;
+    kept_[std::size_t(o)] = 1;
+  }
+
+  // Offsets: first fit among the blocks still alive at each step.
+  struct Block {
+    std::size_t off, size;
+    int last;
+  };
+  std::vector<Block> live;
+  std::vector<std::size_t> offset(N, 0);
+  for (std::size_t s = 0; s < order_.size(); ++s) {
+    const Node& n = g.node(order_[s]);
+    if (bound_leaf(n.op)) continue;
+    std::erase_if(live, [&](const Block& b) { return b.last < int(s); });
+    std::sort(live.begin(), live.end(), [](const Block& a, const Block& b) { return a.off < b.off; });
+    const std::size_t size = round64(std::size_t(numel(n.shape)) * 4);
+    std::size_t at = 0;
+    for (const Block& b : live) {
+      if (b.off >= at + size) break;
+      at = std::max(at, b.off + b.size);
+    }
+    offset[std::size_t(order_[s])] = at;
+    live.push_back({at, size, std::max(last_use[std::size_t(order_[s])], int(s))});
+    arena_bytes_ = std::max(arena_bytes_, at + size);
+    unshared_bytes_ += size;
+  }
+  arena_.reset(aligned_alloc64(arena_bytes_));
+  std::memset(arena_.get(), 0, std::max<std::size_t>(arena_bytes_, 1));
+
+  // Views and steps.
+  char* base = static_cast<char*>(arena_.get());
+  for (NodeId id : order_) {
+    const Node& n = g.node(id);
+    View& v = views_[std::size_t(id)];
+    v.shape = &n.shape;
+    v.dtype = n.dtype;
+    if (n.op == OpKind::input) {
+      inputs_[std::size_t(id)] = Tensor(n.shape, n.dtype);
+      v.data = inputs_[std::size_t(id)].data();
+      kept_[std::size_t(id)] = 1;
+    } else if (n.op == OpKind::constant) {
+      v.data = const_cast<float*>(n.attrs.data->data());  // i32 constants are converted below
+      if (n.dtype == DType::i32) {
+        Tensor t(n.shape, DType::i32);
+        for (std::int64_t i = 0; i < t.numel(); ++i) t.i()[i] = std::int32_t((*n.attrs.data)[std::size_t(i)]);
+        inputs_[std::size_t(id)] = std::move(t);
+        v.data = inputs_[std::size_t(id)].data();
+      }
+      kept_[std::size_t(id)] = 1;
+    } else if (n.op == OpKind::param) {
+      kept_[std::size_t(id)] = 1;  // bound at each run
+    } else {
+      v.data = base + offset[std::size_t(id)];
+    }
+  }
+  for (NodeId id : order_) {
+    const Node& n = g.node(id);
+    if (bound_leaf(n.op)) continue;
+    Step st{id, op_rule(n.op).kernel, {}, views_[std::size_t(id)]};
+    GG_CHECK(st.kernel != nullptr);
+    steps_.push_back(std::move(st));
+  }
+}
+
+bool Executor::has_input(const std::string& name) const {
+  for (NodeId id : order_)
+    if (g_.node(id).op == OpKind::input && g_.node(id).name == name) return true;
+  return false;
+}
+
+void Executor::set_input(const std::string& name, const Tensor& t) {
+  for (NodeId id : order_) {
+    const Node& n = g_.node(id);
+    if (n.op != OpKind::input || n.name != name) continue;
+    if (t.shape() != n.shape || t.dtype() != n.dtype)
+      throw GraphError(fmt::format("input '{}' declared at {} as {}{} was fed {}{}", name, site_string(n.loc),
+                                   to_string(n.dtype), to_string(n.shape), to_string(t.dtype()), to_string(t.shape())));
+    std::memcpy(inputs_[std::size_t(id)].data(), t.data(), std::size_t(t.numel()) * 4);
+    input_fed_[std::size_t(id)] = 1;
+    return;
+  }
+  throw GraphError(fmt::format("no input named '{}' in this plan", name));
+}
+
+void Executor::set_input(const std::string& name, std::span<const float> values) {
+  for (NodeId id : order_)
+    if (g_.node(id).op == OpKind::input && g_.node(id).name == name) {
+      const Node& n = g_.node(id);
+      if (std::int64_t(values.size()) != numel(n.shape) || n.dtype != DType::f32)
+        throw GraphError(fmt::format("input '{}' is {}{}, was fed {} f32 values", name, to_string(n.dtype),
+                                     to_string(n.shape), values.size()));
+      return set_input(name, Tensor::f32(n.shape, values));
+    }
+  throw GraphError(fmt::format("no input named '{}' in this plan", name));
+}
+
+void Executor::set_input(const std::string& name, std::span<const std::int32_t> values) {
+  for (NodeId id : order_)
+    if (g_.node(id).op == OpKind::input && g_.node(id).name == name) {
+      const Node& n = g_.node(id);
+      if (std::int64_t(values.size()) != numel(n.shape) || n.dtype != DType::i32)
+        throw GraphError(fmt::format("input '{}' is {}{}, was fed {} i32 values", name, to_string(n.dtype),
+                                     to_string(n.shape), values.size()));
+      return set_input(name, Tensor::i32(n.shape, values));
+    }
+  throw GraphError(fmt::format("no input named '{}' in this plan", name));
+}
+
+void Executor::run() {
+  // Bind parameters (the store may have replaced a tensor since the last run).
+  for (NodeId id : order_) {
+    const Node& n = g_.node(id);
+    if (n.op == OpKind::input && !input_fed_[std::size_t(id)])
+      throw GraphError(fmt::format("input '{}' declared at {} was not fed", n.name, site_string(n.loc)));
+    if (n.op != OpKind::param) continue;
+    if (!params_.has(n.name))
+      throw GraphError(fmt::format("parameter '{}' declared at {} has no value", n.name, site_string(n.loc)));
+    Tensor& t = params_.at(n.name);
+    if (t.shape() != n.shape)
+      throw GraphError(fmt::format("parameter '{}' is {} in the store but {} in the graph", n.name,
+                                   to_string(t.shape()), to_string(n.shape)));
+    views_[std::size_t(id)].data = t.data();
+  }
+  for (Step& st : steps_) {
+    const Node& n = g_.node(st.id);
+    st.in.clear();
+    for (NodeId in : n.inputs) st.in.push_back(views_[std::size_t(in)]);
+    st.kernel(KernelArgs{n, st.in, st.out, &rng_});
+  }
+}
+
+View Executor::value(NodeId id) const {
+  if (id < 0 || id >= g_.size() || !kept_[std::size_t(id)])
+    throw GraphError(fmt::format("node %{} is not an output of this plan; ask for it when building the executor", id));
+  View v = views_[std::size_t(id)];
+  if (g_.node(id).op == OpKind::param) v.data = const_cast<Tensor&>(params_.at(g_.node(id).name)).data();
+  return v;
+}
+
+Tensor Executor::get(NodeId id) const {
+  View v = value(id);
+  Tensor t(*v.shape, v.dtype);
+  std::memcpy(t.data(), v.data, std::size_t(t.numel()) * 4);
+  return t;
+}
+
+}  // namespace gg

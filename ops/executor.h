@@ -1,0 +1,67 @@
+// The executor: compiles the part of a graph that the requested outputs need into a
+// plan (topological order, liveness, one arena whose size is known before the first
+// run) and runs it as a flat loop of kernel calls. Inputs are fed by name; parameters
+// come from a ParamStore and persist across runs.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/graph.h"
+#include "ops/op_rule.h"
+#include "ops/tensor.h"
+
+namespace gg {
+
+class Executor {
+ public:
+  // Plans the nodes that `outputs` depend on. Outputs stay readable after run().
+  // Requires: params outlives the executor; every param of the plan is in it at run().
+  Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed = 0);
+
+  // Bytes of the arena holding every intermediate value (known before the first run).
+  std::size_t arena_bytes() const { return arena_bytes_; }
+  // Bytes the intermediates would take without buffer reuse.
+  std::size_t unshared_bytes() const { return unshared_bytes_; }
+  // Node ids in execution order.
+  const std::vector<NodeId>& order() const { return order_; }
+
+  // Feeds the input node named `name`; throws GraphError on unknown name, shape or dtype.
+  void set_input(const std::string& name, const Tensor& t);
+  void set_input(const std::string& name, std::span<const float> values);
+  void set_input(const std::string& name, std::span<const std::int32_t> values);
+  bool has_input(const std::string& name) const;
+
+  // Runs the plan; throws GraphError if an input was never fed or a parameter is missing.
+  void run();
+
+  // The value of an output (or a leaf) of the last run; throws GraphError otherwise.
+  View value(NodeId id) const;
+  Tensor get(NodeId id) const;
+  float scalar(NodeId id) const { return value(id).f()[0]; }
+
+  std::mt19937_64& rng() { return rng_; }
+
+ private:
+  struct Step {
+    NodeId id;
+    void (*kernel)(const KernelArgs&);
+    std::vector<View> in;
+    View out;
+  };
+  const Graph& g_;
+  ParamStore& params_;
+  std::vector<NodeId> outputs_, order_;
+  std::vector<Step> steps_;
+  std::vector<View> views_;          // per node id (valid for planned nodes)
+  std::vector<char> kept_;           // per node id: readable after run
+  std::vector<Tensor> inputs_;       // storage for input nodes, by node id
+  std::vector<char> input_fed_;
+  std::unique_ptr<void, void (*)(void*)> arena_{nullptr, aligned_free};
+  std::size_t arena_bytes_ = 0, unshared_bytes_ = 0;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace gg

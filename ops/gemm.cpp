@@ -1,0 +1,286 @@
+// GEMM: a packed, register-blocked SGEMM in the BLIS/GotoBLAS style. Panels of op(A) and
+// op(B) are packed into contiguous per-thread buffers (transposes are absorbed here), and
+// an MR x NR microkernel keeps its tile of C in SIMD registers. Threads split C into
+// independent row or column stripes. Not a general BLAS: row-major float only.
+#include "ops/gemm.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <utility>
+
+#include "ops/parallel.h"
+#include "ops/simd.h"
+
+namespace gg {
+
+void gemm_reference(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K,
+                    float alpha, const float* A, std::int64_t lda, const float* B,
+                    std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        double a = ta ? A[k * lda + i] : A[i * lda + k];
+        double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+        acc += a * b;
+      }
+      float& c = C[i * ldc + j];
+      c = float(alpha * acc + (beta == 0.f ? 0.0 : double(beta) * c));
+    }
+}
+
+namespace {
+
+using i64 = std::int64_t;
+
+// ---- the register vector the microkernel is written in ----------------------------------
+#ifndef GG_SCALAR
+using vec = simd::vf;
+constexpr int W = int(simd::width);
+inline vec vload(const float* p) { return simd::load(p); }
+inline void vstore(float* p, const vec& v) { simd::store(p, v); }
+inline vec vsplat(float x) { return simd::splat(x); }
+#else
+using vec = float;  // the scalar build: the same kernel, one float per "register"
+constexpr int W = 1;
+inline vec vload(const float* p) { return *p; }
+inline void vstore(float* p, vec v) { *p = v; }
+inline vec vsplat(float x) { return x; }
+#endif
+inline vec vfma(const vec& a, const vec& b, const vec& c) { return simd::fma(a, b, c); }
+
+// ---- blocking parameters ------------------------------------------------------------------
+// The microkernel tile is MR rows x NV vectors (NR = NV * W columns) of accumulators:
+// AVX-512 has 32 registers (MR * NV accumulators + NV for B), AVX2/SSE have 16.
+#if defined(GG_SCALAR)
+constexpr int MR = 4, NV = 4;
+#else
+constexpr int MR = (W >= 16) ? 12 : 6, NV = 2;
+#endif
+constexpr int NR = NV * W;
+constexpr i64 KC = 256;               // depth of one packed panel: B sliver (KC x NR) in L1
+constexpr i64 MC = MR * 16;           // rows of the packed A block (MC x KC) kept in L2
+constexpr i64 NC = NR * 128;          // columns of the packed B panel (KC x NC) kept in L2/L3
+constexpr i64 SMALL = 24 * 24 * 24;   // M*N*K at or below this: no packing, direct loops
+constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
+
+// ---- per-thread packing buffers (grown on demand, never freed per call) ------------------
+struct free_deleter {
+  void operator()(float* p) const { std::free(p); }
+};
+struct Buffer {
+  std::unique_ptr<float, free_deleter> p;
+  std::size_t cap = 0;
+  float* get(std::size_t n) {
+    if (n > cap) {
+      std::size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+      float* q = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (!q) throw std::bad_alloc();
+      p.reset(q);
+      cap = n;
+    }
+    return p.get();
+  }
+};
+thread_local Buffer pack_a_buf, pack_b_buf;
+
+// Everything a stripe of work needs to know about the call.
+struct Problem {
+  bool ta, tb;
+  i64 M, N, K;
+  float alpha;
+  const float* A;
+  i64 lda;
+  const float* B;
+  i64 ldb;
+  float beta;
+  float* C;
+  i64 ldc;
+};
+
+// ---- packing ------------------------------------------------------------------------------
+// Packs op(A)[i0 : i0+mc, p0 : p0+kc] as slivers of MR rows: sliver s holds
+// Ap[s*MR*kc + k*MR + i] = op(A)(i0 + s*MR + i, p0 + k). A short last sliver keeps stride MR
+// (its missing rows are never read: the kernel is instantiated for the exact row count).
+void pack_a(const Problem& P, i64 i0, i64 mc, i64 p0, i64 kc, float* Ap) {
+  for (i64 s = 0; s < mc; s += MR) {  // one MR-row sliver at a time
+    const i64 mr = std::min<i64>(MR, mc - s);
+    float* dst = Ap + s * kc;
+    if (P.ta) {  // A is (K, M): rows of A are columns of op(A), contiguous in i
+      for (i64 k = 0; k < kc; ++k) {
+        const float* src = P.A + (p0 + k) * P.lda + i0 + s;
+        for (i64 i = 0; i < mr; ++i) dst[k * MR + i] = src[i];
+      }
+    } else {  // A is (M, K): read each row contiguously, write with stride MR
+      for (i64 i = 0; i < mr; ++i) {
+        const float* src = P.A + (i0 + s + i) * P.lda + p0;
+        for (i64 k = 0; k < kc; ++k) dst[k * MR + i] = src[k];
+      }
+    }
+  }
+}
+
+// Packs op(B)[p0 : p0+kc, j0 : j0+nc] as slivers of NR columns: sliver s holds
+// Bp[s*NR*kc + k*NR + j] = op(B)(p0 + k, j0 + s*NR + j), zero-padded to NR columns.
+void pack_b(const Problem& P, i64 j0, i64 nc, i64 p0, i64 kc, float* Bp) {
+  for (i64 s = 0; s < nc; s += NR) {  // one NR-column sliver at a time
+    const i64 nr = std::min<i64>(NR, nc - s);
+    float* dst = Bp + s * kc;
+    if (P.tb) {  // B is (N, K): read each row (a column of op(B)) contiguously
+      for (i64 j = 0; j < nr; ++j) {
+        const float* src = P.B + (j0 + s + j) * P.ldb + p0;
+        for (i64 k = 0; k < kc; ++k) dst[k * NR + j] = src[k];
+      }
+      for (i64 k = 0; k < kc && nr < NR; ++k)
+        for (i64 j = nr; j < NR; ++j) dst[k * NR + j] = 0.f;
+    } else {  // B is (K, N): each k is a contiguous run of nr floats
+      for (i64 k = 0; k < kc; ++k) {
+        const float* src = P.B + (p0 + k) * P.ldb + j0 + s;
+        float* d = dst + k * NR;
+        if (nr == NR) {
+          for (int v = 0; v < NV; ++v) vstore(d + v * W, vload(src + v * W));
+        } else {
+          for (i64 j = 0; j < nr; ++j) d[j] = src[j];
+          for (i64 j = nr; j < NR; ++j) d[j] = 0.f;
+        }
+      }
+    }
+  }
+}
+
+// ---- the microkernel ----------------------------------------------------------------------
+// C[0:ROWS, 0:n] = alpha * Ap @ Bp + beta * C, with Ap: (kc, MR) packed, Bp: (kc, NR) packed,
+// n <= NR valid columns. The ROWS x NR accumulator tile lives in registers for all of kc.
+// beta == 0 never reads C.
+template <int ROWS>
+void micro_kernel(i64 kc, const float* __restrict Ap, const float* __restrict Bp,
+                  float* C, i64 ldc, i64 n, float alpha, float beta) {
+  vec acc[ROWS][NV];
+  for (int i = 0; i < ROWS; ++i)
+    for (int v = 0; v < NV; ++v) acc[i][v] = vsplat(0.f);
+
+  for (i64 k = 0; k < kc; ++k) {  // rank-1 update: one row of Bp times one column of Ap
+    vec b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = vload(Bp + v * W);
+    for (int i = 0; i < ROWS; ++i) {
+      const vec a = vsplat(Ap[i]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = vfma(a, b[v], acc[i][v]);
+    }
+    Ap += MR;
+    Bp += NR;
+  }
+
+  const vec va = vsplat(alpha), vb = vsplat(beta);
+  for (int i = 0; i < ROWS; ++i) {  // epilogue: scale and write back one row of the tile
+    float* c = C + i * ldc;
+    if (n == NR) {
+      for (int v = 0; v < NV; ++v) {
+        vec r = acc[i][v] * va;
+        if (beta != 0.f) r = vfma(vb, vload(c + v * W), r);
+        vstore(c + v * W, r);
+      }
+    } else {  // right edge: spill the row and copy the valid columns
+      alignas(64) float t[NR];
+      for (int v = 0; v < NV; ++v) vstore(t + v * W, acc[i][v]);
+      for (i64 j = 0; j < n; ++j)
+        c[j] = alpha * t[j] + (beta != 0.f ? beta * c[j] : 0.f);
+    }
+  }
+}
+
+using kernel_fn = void (*)(i64, const float*, const float*, float*, i64, i64, float, float);
+
+template <int... R>
+constexpr auto make_kernels(std::integer_sequence<int, R...>) {
+  return std::array<kernel_fn, sizeof...(R)>{&micro_kernel<R + 1>...};
+}
+// kernels[r - 1] handles a tile of r rows, so the bottom edge wastes no work.
+constexpr auto kernels = make_kernels(std::make_integer_sequence<int, MR>{});
+
+// ---- the blocked loops over one stripe of C -----------------------------------------------
+// C[i0:i1, j0:j1] = alpha * op(A)[i0:i1, :] @ op(B)[:, j0:j1] + beta * C[i0:i1, j0:j1].
+void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
+  const i64 kc_max = std::min(P.K, KC);
+  float* Bp = pack_b_buf.get(std::size_t(kc_max * ((std::min(j1 - j0, NC) + NR - 1) / NR * NR)));
+  float* Ap = pack_a_buf.get(std::size_t(kc_max * ((std::min(i1 - i0, MC) + MR - 1) / MR * MR)));
+
+  for (i64 jc = j0; jc < j1; jc += NC) {  // NC columns of C: one packed B panel at a time
+    const i64 nc = std::min(NC, j1 - jc);
+    for (i64 pc = 0; pc < P.K; pc += KC) {  // KC-deep slice of the sum: a rank-KC update
+      const i64 kc = std::min(KC, P.K - pc);
+      const float beta = pc == 0 ? P.beta : 1.f;  // later slices accumulate onto C
+      pack_b(P, jc, nc, pc, kc, Bp);            // Bp: (nc/NR) slivers of (kc, NR)
+      for (i64 ic = i0; ic < i1; ic += MC) {  // MC rows of C: one packed A block in L2
+        const i64 mc = std::min(MC, i1 - ic);
+        pack_a(P, ic, mc, pc, kc, Ap);  // Ap: (mc/MR) slivers of (kc, MR)
+        for (i64 jr = 0; jr < nc; jr += NR) {  // one B sliver (kc, NR), reused from L1
+          const i64 nr = std::min<i64>(NR, nc - jr);
+          for (i64 ir = 0; ir < mc; ir += MR) {  // one A sliver: an MR x NR tile of C
+            const i64 mr = std::min<i64>(MR, mc - ir);
+            kernels[mr - 1](kc, Ap + ir * kc, Bp + jr * kc, P.C + (ic + ir) * P.ldc + jc + jr,
+                            P.ldc, nr, P.alpha, beta);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Tiny products: packing would cost more than it saves. Plain loops over a row of C,
+// accumulated in a local chunk of up to 64 columns.
+void gemm_small(const Problem& P) {
+  for (i64 i = 0; i < P.M; ++i) {  // one row of C: c = alpha * op(A)[i, :] @ op(B) + beta * c
+    float* c = P.C + i * P.ldc;
+    for (i64 j0 = 0; j0 < P.N; j0 += 64) {  // a chunk of columns that fits on the stack
+      const i64 nj = std::min<i64>(64, P.N - j0);
+      float acc[64] = {};
+      for (i64 k = 0; k < P.K; ++k) {  // acc += op(A)(i, k) * op(B)(k, j0 : j0+nj)
+        const float a = P.ta ? P.A[k * P.lda + i] : P.A[i * P.lda + k];
+        if (P.tb)
+          for (i64 j = 0; j < nj; ++j) acc[j] += a * P.B[(j0 + j) * P.ldb + k];
+        else
+          for (i64 j = 0; j < nj; ++j) acc[j] += a * P.B[k * P.ldb + j0 + j];
+      }
+      for (i64 j = 0; j < nj; ++j)
+        c[j0 + j] = P.alpha * acc[j] + (P.beta != 0.f ? P.beta * c[j0 + j] : 0.f);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+          const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
+          float* C, std::int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  const Problem P{ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  if (K <= 0 || alpha == 0.f) {  // no product: C = beta * C
+    for (i64 i = 0; i < M; ++i)
+      for (i64 j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
+    return;
+  }
+  if (M * N * K <= SMALL) return gemm_small(P);
+
+  // Threads take independent stripes of C: rows in MR units, or columns in NR units when
+  // there are more column tiles than row tiles. Each thread packs its own panels.
+  const double flops = 2.0 * double(M) * double(N) * double(K);
+  const i64 row_tiles = (M + MR - 1) / MR, col_tiles = (N + NR - 1) / NR;
+  if (flops < PARALLEL_FLOPS || num_threads() == 1 || std::max(row_tiles, col_tiles) < 2)
+    return gemm_blocked(P, 0, M, 0, N);
+  const Problem* p = &P;
+  if (row_tiles >= col_tiles) {
+    parallel_for(row_tiles, 1, [p](i64 t0, i64 t1) {
+      gemm_blocked(*p, t0 * MR, std::min(p->M, t1 * MR), 0, p->N);
+    });
+  } else {
+    parallel_for(col_tiles, 1, [p](i64 t0, i64 t1) {
+      gemm_blocked(*p, 0, p->M, t0 * NR, std::min(p->N, t1 * NR));
+    });
+  }
+}
+
+}  // namespace gg

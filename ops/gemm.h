@@ -1,0 +1,23 @@
+// Single-precision GEMM on row-major matrices: the one entry point every matmul kernel
+// calls, so a faster implementation lands here without touching the executor.
+#pragma once
+
+#include <cstdint>
+
+namespace gg {
+
+// C = alpha * op(A) @ op(B) + beta * C, all row-major.
+// op(A) is (M, K): A is (M, K) with row stride lda, or (K, M) when trans_a.
+// op(B) is (K, N): B is (K, N) with row stride ldb, or (N, K) when trans_b.
+// C is (M, N) with row stride ldc. beta == 0 ignores what C held (even NaN).
+// Threads itself with parallel_for; safe to call from inside a parallel_for (runs serially).
+void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+          float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+          float beta, float* C, std::int64_t ldc);
+
+// The plain triple loop (double accumulation), the reference the fast GEMM is tested against.
+void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+                    float alpha, const float* A, std::int64_t lda, const float* B,
+                    std::int64_t ldb, float beta, float* C, std::int64_t ldc);
+
+}  // namespace gg

@@ -1,0 +1,159 @@
+// The IR: a graph is a list of nodes, each an op applied to earlier nodes, with its
+// inferred shape and dtype, a scoped user name and the user's source line. Building a
+// node runs the op's shape rule at once, so mistakes surface where the user wrote them.
+// Nothing here computes values: that is the executor's job (ops/executor.h).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <source_location>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ops/shape.h"
+
+namespace gg {
+
+enum class OpKind : std::uint8_t {
+#define OP(name, arity) name,
+#include "ops/op_list.def"
+#undef OP
+};
+inline constexpr int op_count = 0
+#define OP(name, arity) +1
+#include "ops/op_list.def"
+#undef OP
+    ;
+
+const char* op_name(OpKind k);
+int op_arity(OpKind k);  // -1: any number of inputs
+
+using NodeId = std::int32_t;
+
+enum class Cmp : std::uint8_t { lt, le, gt, ge, eq, ne };
+const char* cmp_name(Cmp c);
+
+// How a parameter is initialized when a store first meets it.
+struct Init {
+  enum Kind : std::uint8_t { zeros, ones, normal, uniform } kind = zeros;
+  float a = 0.f, b = 0.f;  // normal: mean a, std b; uniform: [a, b)
+};
+
+// Op attributes; each op reads only the fields its rule documents.
+struct Attrs {
+  Shape dims;                // reshape/expand: target shape; permute: the permutation
+  std::int64_t axis = 0;     // sum, max, slice, concat, gather, scatter_add
+  std::int64_t begin = 0;    // slice
+  std::int64_t end = 0;      // slice; scatter_add: size of the output along axis
+  bool keepdim = false;      // sum, max
+  bool trans_a = false;      // matmul: use A^T
+  bool trans_b = false;      // matmul: use B^T
+  Cmp cmp = Cmp::eq;         // compare
+  Init init;                 // param
+  DType dtype = DType::f32;  // input, constant: the leaf's dtype
+  std::shared_ptr<const std::vector<float>> data;  // constant (f32 values, or i32 values stored as float)
+};
+
+struct Node {
+  OpKind op;
+  std::vector<NodeId> inputs;
+  Attrs attrs;
+  Shape shape;
+  DType dtype = DType::f32;
+  std::string name;          // scoped user name, e.g. "blocks.1.attn.query"
+  std::source_location loc;  // where the user asked for it
+};
+
+// The one error type for mistakes in a model declaration (and in data fed to it).
+// Message: "<op> at <file>:<line> ('<name>'): <problem>".
+class GraphError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Internal invariant check for bugs (never for user errors).
+#define GG_CHECK(cond)                                                                 \
+  do {                                                                                 \
+    if (!(cond)) ::gg::check_failed(#cond, __FILE__, __LINE__);                        \
+  } while (0)
+[[noreturn]] void check_failed(const char* cond, const char* file, int line);
+
+class Graph {
+ public:
+  // Appends a node after checking it with the op's shape rule; throws GraphError.
+  NodeId add(OpKind op, std::vector<NodeId> inputs, Attrs attrs = {}, std::string name = {},
+             std::source_location loc = std::source_location::current());
+
+  const Node& node(NodeId id) const { return nodes_[std::size_t(id)]; }
+  // A deque: references to nodes stay valid while more are appended (gradient rules rely on it).
+  const std::deque<Node>& nodes() const { return nodes_; }
+  std::int32_t size() const { return std::int32_t(nodes_.size()); }
+
+  // Scoped names: nodes built while a scope is open get "<outer>.<inner>" as name.
+  const std::string& scope() const { return scope_; }
+  std::string scoped(const std::string& name) const;
+
+  // The user's source line: while set, every node records it instead of its own.
+  const std::optional<std::source_location>& user_loc() const { return user_loc_; }
+
+  // Throws GraphError "<op> at <file>:<line> ('<name>'): <msg>" for a node being built.
+  [[noreturn]] void fail(const Node& n, const std::string& msg) const;
+
+  // Renames a node (names are metadata: nothing depends on them but errors and listings).
+  void set_name(NodeId id, std::string name) { nodes_[std::size_t(id)].name = std::move(name); }
+
+  // First node named `name` with the given op, or -1.
+  NodeId find(const std::string& name, OpKind op) const;
+
+ private:
+  friend class NameScope;
+  friend class UserSite;
+  std::deque<Node> nodes_;
+  std::string scope_;
+  std::optional<std::source_location> user_loc_;
+};
+
+// RAII: opens a name scope ("blocks.1" then "attn" gives "blocks.1.attn"); with
+// replace, the scope is exactly `name` (the reverse pass names nodes "grad(<name>)").
+class NameScope {
+ public:
+  NameScope(Graph& g, const std::string& name, bool replace = false);
+  ~NameScope();
+  NameScope(const NameScope&) = delete;
+  NameScope& operator=(const NameScope&) = delete;
+
+ private:
+  Graph& g_;
+  std::string saved_;
+};
+
+// RAII: records the user's call site for every node built inside; the outermost wins,
+// so a composite reports the line where the user called it. With replace, `loc` wins.
+class UserSite {
+ public:
+  UserSite(Graph& g, const std::source_location& loc, bool replace = false);
+  ~UserSite();
+  UserSite(const UserSite&) = delete;
+  UserSite& operator=(const UserSite&) = delete;
+
+ private:
+  Graph& g_;
+  std::optional<std::source_location> saved_;
+};
+
+// "model.cpp:42": the file's base name and line.
+std::string site_string(const std::source_location& loc);
+
+// A readable listing, one node a line, SSA-style:
+//   %7 = matmul %5, %6 (trans_b)  : f32(2, 4, 8)  # blocks.0.attn.query  model.cpp:42
+// Only the nodes that `roots` need (all nodes when roots is empty).
+std::string to_text(const Graph& g, const std::vector<NodeId>& roots = {});
+// Graphviz dot of the same nodes.
+std::string to_dot(const Graph& g, const std::vector<NodeId>& roots = {});
+// Ids of the nodes that `roots` depend on (roots included), in increasing order.
+std::vector<NodeId> ancestors(const Graph& g, const std::vector<NodeId>& roots);
+
+}  // namespace gg

@@ -1,0 +1,84 @@
+// Reductions over one axis: sum and max, with keepdim. A tensor is viewed as
+// (outer, n, inner) around the reduced axis; contiguous rows (inner == 1) reduce with
+// SIMD dot-style loops, strided ones accumulate whole inner rows at a time.
+#include "ops/kernel_util.h"
+#include "ops/simd.h"
+
+namespace gg {
+namespace {
+
+void infer_reduce(const Graph& g, Node& n) {
+  detail::require_dtype(g, n, 0, DType::f32, "operand");
+  const Shape& x = g.node(n.inputs[0]).shape;
+  if (x.empty()) g.fail(n, fmt::format("cannot reduce a scalar {}", detail::describe(g, n.inputs[0])));
+  n.attrs.axis = detail::norm_axis(g, n, n.attrs.axis, std::int64_t(x.size()), n.inputs[0]);
+  if (x[std::size_t(n.attrs.axis)] == 0)
+    g.fail(n, fmt::format("axis {} of {} is empty", n.attrs.axis, detail::describe(g, n.inputs[0])));
+  n.shape = x;
+  if (n.attrs.keepdim) n.shape[std::size_t(n.attrs.axis)] = 1;
+  else n.shape.erase(n.shape.begin() + n.attrs.axis);
+  n.dtype = DType::f32;
+}
+
+// The gradient's shape with the reduced axis kept as 1, so it broadcasts onto x.
+NodeId keepdim_view(GradArgs& a, NodeId v) {
+  const Node& n = a.n();
+  if (n.attrs.keepdim) return v;
+  Shape s = a.g.node(n.inputs[0]).shape;
+  s[std::size_t(n.attrs.axis)] = 1;
+  return op::reshape(a.g, v, s);
+}
+
+// out[o, i] = reduce_j x[o, j, i], with `row` reducing a contiguous run and `acc`
+// folding one strided row into the accumulator.
+template <class Row, class Acc>
+void reduce_kernel(const KernelArgs& a, Row row, Acc acc) {
+  auto sp = detail::split_at(*a.in[0].shape, a.node.attrs.axis);
+  const float* x = a.in[0].f();
+  float* o = a.out.f();
+  if (sp.inner == 1) {
+    parallel_for(sp.outer, std::max<std::int64_t>(1, 8192 / sp.n), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) o[i] = row(std::size_t(sp.n), x + i * sp.n);
+    });
+    return;
+  }
+  parallel_for(sp.outer, std::max<std::int64_t>(1, 8192 / (sp.n * sp.inner)), [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const float* xi = x + i * sp.n * sp.inner;  // xi: (n, inner)
+      float* oi = o + i * sp.inner;                // oi: (inner)
+      std::copy(xi, xi + sp.inner, oi);
+      for (std::int64_t j = 1; j < sp.n; ++j) acc(std::size_t(sp.inner), oi, xi + j * sp.inner);
+    }
+  });
+}
+
+}  // namespace
+
+// ---- sum ---------------------------------------------------------------------------
+// d/dx_j sum_j x_j = 1: the gradient is broadcast back along the axis
+const OpRule sum_rule = {
+    infer_reduce,
+    [](const KernelArgs& a) {
+      reduce_kernel(a, [](std::size_t n, const float* r) { return simd::sum(n, r); },
+                    [](std::size_t n, float* o, const float* r) { simd::axpy(n, 1.f, r, o); });
+    },
+    [](GradArgs& a) {
+      a.gin[0] = op::expand(a.g, keepdim_view(a, a.gout), a.g.node(a.in(0)).shape);
+    }};
+
+// ---- max ---------------------------------------------------------------------------
+// d/dx_j max_j x_j = [x_j == max] (every tied maximum receives the gradient)
+const OpRule max_rule = {
+    infer_reduce,
+    [](const KernelArgs& a) {
+      reduce_kernel(a, [](std::size_t n, const float* r) { return simd::max_of(n, r); },
+                    [](std::size_t n, float* o, const float* r) {
+                      simd::zip(n, o, o, r, [](auto u, auto v) { return simd::max(u, v); });
+                    });
+    },
+    [](GradArgs& a) {
+      NodeId hit = op::compare(a.g, a.in(0), keepdim_view(a, a.node), Cmp::eq);
+      a.gin[0] = op::mul(a.g, hit, keepdim_view(a, a.gout));
+    }};
+
+}  // namespace gg

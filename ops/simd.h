@@ -1,0 +1,148 @@
+// The one place that includes xsimd: the batch type, math overloads that serve both
+// `float` and the batch, and the loops that run a batch body plus a scalar tail.
+// An element-wise kernel is written once as a generic lambda `[](auto x) { ... }`;
+// with GG_SCALAR defined the same lambda runs one float at a time (the reference build).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#ifndef GG_SCALAR
+#include <xsimd/xsimd.hpp>
+#endif
+
+namespace gg::simd {
+
+#ifndef GG_SCALAR
+using vf = xsimd::batch<float>;          // one register of floats
+inline constexpr std::size_t width = vf::size;
+inline vf load(const float* p) { return vf::load_unaligned(p); }
+inline void store(float* p, const vf& v) { v.store_unaligned(p); }
+inline vf splat(float x) { return vf(x); }
+inline vf exp(const vf& x) { return xsimd::exp(x); }
+inline vf log(const vf& x) { return xsimd::log(x); }
+inline vf sqrt(const vf& x) { return xsimd::sqrt(x); }
+inline vf tanh(const vf& x) { return xsimd::tanh(x); }
+inline vf erf(const vf& x) { return xsimd::erf(x); }
+inline vf max(const vf& a, const vf& b) { return xsimd::max(a, b); }
+inline vf fma(const vf& a, const vf& b, const vf& c) { return xsimd::fma(a, b, c); }
+inline float hsum(const vf& v) { return xsimd::hadd(v); }
+inline float hmax(const vf& v) {
+  alignas(64) float t[width];
+  v.store_aligned(t);
+  float m = t[0];
+  for (std::size_t i = 1; i < width; ++i) m = std::max(m, t[i]);
+  return m;
+}
+#else
+inline constexpr std::size_t width = 1;
+#endif
+
+inline float exp(float x) { return std::exp(x); }
+inline float log(float x) { return std::log(x); }
+inline float sqrt(float x) { return std::sqrt(x); }
+inline float tanh(float x) { return std::tanh(x); }
+inline float erf(float x) { return std::erf(x); }
+inline float max(float a, float b) { return a > b ? a : b; }  // like _mm_max_ps: NaN in a gives b
+inline float fma(float a, float b, float c) { return std::fma(a, b, c); }
+
+// out[i] = f(a[i]) for i < n.
+template <class F>
+inline void map(std::size_t n, float* out, const float* a, F f) {
+  std::size_t i = 0;
+#ifndef GG_SCALAR
+  for (; i + width <= n; i += width) store(out + i, f(load(a + i)));
+#endif
+  for (; i < n; ++i) out[i] = f(a[i]);
+}
+
+// out[i] = f(a[i], b[i]) for i < n.
+template <class F>
+inline void zip(std::size_t n, float* out, const float* a, const float* b, F f) {
+  std::size_t i = 0;
+#ifndef GG_SCALAR
+  for (; i + width <= n; i += width) store(out + i, f(load(a + i), load(b + i)));
+#endif
+  for (; i < n; ++i) out[i] = f(a[i], b[i]);
+}
+
+// out[i] = f(a[i], s) for i < n: a vector against one broadcast value.
+template <class F>
+inline void zip_scalar_right(std::size_t n, float* out, const float* a, float s, F f) {
+  std::size_t i = 0;
+#ifndef GG_SCALAR
+  const vf sv = splat(s);
+  for (; i + width <= n; i += width) store(out + i, f(load(a + i), sv));
+#endif
+  for (; i < n; ++i) out[i] = f(a[i], s);
+}
+
+// out[i] = f(s, b[i]) for i < n.
+template <class F>
+inline void zip_scalar_left(std::size_t n, float* out, float s, const float* b, F f) {
+  std::size_t i = 0;
+#ifndef GG_SCALAR
+  const vf sv = splat(s);
+  for (; i + width <= n; i += width) store(out + i, f(sv, load(b + i)));
+#endif
+  for (; i < n; ++i) out[i] = f(s, b[i]);
+}
+
+// Sum of a[0..n).
+inline float sum(std::size_t n, const float* a) {
+  std::size_t i = 0;
+  float acc = 0.f;
+#ifndef GG_SCALAR
+  vf v0 = splat(0.f), v1 = splat(0.f);
+  for (; i + 2 * width <= n; i += 2 * width) {
+    v0 += load(a + i);
+    v1 += load(a + i + width);
+  }
+  for (; i + width <= n; i += width) v0 += load(a + i);
+  acc = hsum(v0 + v1);
+#endif
+  for (; i < n; ++i) acc += a[i];
+  return acc;
+}
+
+// Max of a[0..n), n >= 1.
+inline float max_of(std::size_t n, const float* a) {
+  std::size_t i = 0;
+  float m = a[0];
+#ifndef GG_SCALAR
+  if (n >= width) {
+    vf v = load(a);
+    for (i = width; i + width <= n; i += width) v = max(v, load(a + i));
+    m = hmax(v);
+  }
+#endif
+  for (; i < n; ++i) m = max(m, a[i]);
+  return m;
+}
+
+// Dot product of a[0..n) and b[0..n).
+inline float dot(std::size_t n, const float* a, const float* b) {
+  std::size_t i = 0;
+  float acc = 0.f;
+#ifndef GG_SCALAR
+  vf v = splat(0.f);
+  for (; i + width <= n; i += width) v = fma(load(a + i), load(b + i), v);
+  acc = hsum(v);
+#endif
+  for (; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+// y[i] += alpha * x[i].
+inline void axpy(std::size_t n, float alpha, const float* x, float* y) {
+  std::size_t i = 0;
+#ifndef GG_SCALAR
+  const vf av = splat(alpha);
+  for (; i + width <= n; i += width) store(y + i, fma(av, load(x + i), load(y + i)));
+#endif
+  for (; i < n; ++i) y[i] += alpha * x[i];
+}
+
+}  // namespace gg::simd

@@ -1,0 +1,94 @@
+// Tensor storage and the parameter store's initialization.
+#include "ops/tensor.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+
+namespace gg {
+
+void* aligned_alloc64(std::size_t bytes) {
+  std::size_t n = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, n);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+void aligned_free(void* p) { std::free(p); }
+void Tensor::Free::operator()(void* p) const { aligned_free(p); }
+
+Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
+  std::size_t bytes = std::size_t(numel()) * 4;
+  buf_.reset(aligned_alloc64(bytes));
+  std::memset(buf_.get(), 0, bytes);
+}
+
+Tensor Tensor::f32(Shape shape, std::span<const float> values) {
+  Tensor t(std::move(shape), DType::f32);
+  GG_CHECK(std::int64_t(values.size()) == t.numel());
+  std::memcpy(t.data(), values.data(), values.size() * 4);
+  return t;
+}
+
+Tensor Tensor::i32(Shape shape, std::span<const std::int32_t> values) {
+  Tensor t(std::move(shape), DType::i32);
+  GG_CHECK(std::int64_t(values.size()) == t.numel());
+  std::memcpy(t.data(), values.data(), values.size() * 4);
+  return t;
+}
+
+Tensor::Tensor(const Tensor& o) : shape_(o.shape_), dtype_(o.dtype_) {
+  if (o.buf_) {
+    buf_.reset(aligned_alloc64(std::size_t(numel()) * 4));
+    std::memcpy(buf_.get(), o.buf_.get(), std::size_t(numel()) * 4);
+  }
+}
+
+Tensor& Tensor::operator=(const Tensor& o) {
+  if (this != &o) *this = Tensor(o);
+  return *this;
+}
+
+Tensor& ParamStore::at(const std::string& name) {
+  auto it = params_.find(name);
+  if (it == params_.end()) throw GraphError(fmt::format("parameter '{}' is not in the store", name));
+  return it->second;
+}
+const Tensor& ParamStore::at(const std::string& name) const {
+  return const_cast<ParamStore*>(this)->at(name);
+}
+
+void ParamStore::init_missing(const Graph& g, std::uint64_t seed) {
+  for (const Node& n : g.nodes()) {
+    if (n.op != OpKind::param || has(n.name)) continue;
+    Tensor t(n.shape);
+    std::mt19937_64 rng(seed ^ std::hash<std::string>{}(n.name));
+    float* p = t.f();
+    const Init& in = n.attrs.init;
+    switch (in.kind) {
+      case Init::zeros: break;
+      case Init::ones: std::fill(p, p + t.numel(), 1.f); break;
+      case Init::normal: {
+        std::normal_distribution<float> d(in.a, in.b);
+        for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
+        break;
+      }
+      case Init::uniform: {
+        std::uniform_real_distribution<float> d(in.a, in.b);
+        for (std::int64_t i = 0; i < t.numel(); ++i) p[i] = d(rng);
+        break;
+      }
+    }
+    params_.emplace(n.name, std::move(t));
+  }
+}
+
+std::int64_t ParamStore::count() const {
+  std::int64_t c = 0;
+  for (auto& [k, t] : params_) c += t.numel();
+  return c;
+}
+
+}  // namespace gg
