@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
 
@@ -160,8 +161,31 @@ void Executor::run() {
     const Node& n = g_.node(st.id);
     st.in.clear();
     for (NodeId in : n.inputs) st.in.push_back(views_[std::size_t(in)]);
+    if (!profile_) {
+      st.kernel(KernelArgs{n, st.in, st.out, &rng_});
+      continue;
+    }
+    auto t0 = std::chrono::steady_clock::now();
     st.kernel(KernelArgs{n, st.in, st.out, &rng_});
+    op_seconds_[std::size_t(n.op)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ++op_calls_[std::size_t(n.op)];
   }
+}
+
+std::string Executor::profile_report() const {
+  std::vector<int> kinds;
+  double total = 0;
+  for (int k = 0; k < op_count; ++k)
+    if (op_calls_[std::size_t(k)] > 0) {
+      kinds.push_back(k);
+      total += op_seconds_[std::size_t(k)];
+    }
+  std::sort(kinds.begin(), kinds.end(), [&](int a, int b) { return op_seconds_[std::size_t(a)] > op_seconds_[std::size_t(b)]; });
+  std::string s = fmt::format("{:<12} {:>8} {:>10} {:>6}\n", "op", "calls", "total ms", "share");
+  for (int k : kinds)
+    s += fmt::format("{:<12} {:>8} {:>10.1f} {:>5.1f}%\n", op_name(OpKind(k)), op_calls_[std::size_t(k)],
+                     op_seconds_[std::size_t(k)] * 1e3, 100.0 * op_seconds_[std::size_t(k)] / std::max(total, 1e-12));
+  return s;
 }
 
 View Executor::value(NodeId id) const {

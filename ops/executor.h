@@ -44,6 +44,11 @@ class Executor {
 
   std::mt19937_64& rng() { return rng_; }
 
+  // Per-op timing: when on, run() adds each kernel's wall time to its op kind's total.
+  void set_profile(bool on) { profile_ = on; }
+  // "op  calls  total ms  share", one line per op kind that ran, slowest first.
+  std::string profile_report() const;
+
  private:
   struct Step {
     NodeId id;
@@ -62,6 +67,9 @@ class Executor {
   std::unique_ptr<void, void (*)(void*)> arena_{nullptr, aligned_free};
   std::size_t arena_bytes_ = 0, unshared_bytes_ = 0;
   std::mt19937_64 rng_;
+  bool profile_ = false;
+  std::vector<double> op_seconds_ = std::vector<double>(op_count, 0.0);
+  std::vector<std::int64_t> op_calls_ = std::vector<std::int64_t>(op_count, 0);
 };
 
 }  // namespace gg

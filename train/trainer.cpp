@@ -88,19 +88,21 @@ void TrainOptions::validate() const {
   if (batch_size < 1) bad(fmt::format("--batch-size must be >= 1, got {}", batch_size));
   if (warmup < 0) bad(fmt::format("--warmup must be >= 0, got {}", warmup));
   if (!(lr > 0) || !std::isfinite(lr)) bad(fmt::format("--lr must be > 0, got {}", lr));
-  if (min_lr < 0 || min_lr > lr) bad(fmt::format("--min-lr must be in [0, lr], got {}", min_lr));
+  if (!(min_lr >= 0 && min_lr <= lr)) bad(fmt::format("--min-lr must be in [0, lr], got {}", min_lr));
   if (optimizer != "adamw" && optimizer != "sgd") bad(fmt::format("--optimizer must be adamw or sgd, got '{}'", optimizer));
-  if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) bad(fmt::format("--betas must be in [0, 1), got {},{}", beta1, beta2));
+  if (!(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1)) bad(fmt::format("--betas must be in [0, 1), got {},{}", beta1, beta2));
   if (!(eps > 0)) bad(fmt::format("--eps must be > 0, got {}", eps));
-  if (weight_decay < 0) bad(fmt::format("--weight-decay must be >= 0, got {}", weight_decay));
-  if (momentum < 0 || momentum >= 1) bad(fmt::format("--momentum must be in [0, 1), got {}", momentum));
-  if (clip < 0) bad(fmt::format("--clip must be >= 0 (0 = off), got {}", clip));
-  if (dropout < 0 || dropout >= 1) bad(fmt::format("--dropout must be in [0, 1), got {}", dropout));
+  if (!(weight_decay >= 0)) bad(fmt::format("--weight-decay must be >= 0, got {}", weight_decay));
+  if (!(momentum >= 0 && momentum < 1)) bad(fmt::format("--momentum must be in [0, 1), got {}", momentum));
+  if (!(clip >= 0)) bad(fmt::format("--clip must be >= 0 (0 = off), got {}", clip));
+  if (!(dropout >= 0 && dropout < 1)) bad(fmt::format("--dropout must be in [0, 1), got {}", dropout));
   if (eval_interval < 1) bad(fmt::format("--eval-interval must be >= 1, got {}", eval_interval));
   if (eval_iters < 1 || final_eval_iters < 1) bad("--eval-iters and --final-eval-iters must be >= 1");
   if (pos_encoding != "learned" && pos_encoding != "sinusoidal")
     bad(fmt::format("--pos-encoding must be learned or sinusoidal, got '{}'", pos_encoding));
   if (gelu != "erf" && gelu != "tanh") bad(fmt::format("--gelu must be erf or tanh, got '{}'", gelu));
+  if (!(temperature > 0)) bad(fmt::format("--temperature must be > 0, got {}", temperature));
+  if (top_k < 0) bad(fmt::format("--top-k must be >= 0, got {}", top_k));
   validate_config(model_config(1), "options");
 }
 
@@ -214,7 +216,13 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
       const double val = evaluate(runner, data.val, o.batch_size, o.block_size, o.eval_iters, o.seed + 1);
       curves[1].x.push_back(double(step + 1));
       curves[1].y.push_back(val);
-      progress.message(fmt::format("step {:>5}: train loss {:.4f}, val loss {:.4f}", step + 1, ema_loss, val));
+      const std::string line = fmt::format("step {:>5}: train loss {:.4f}, val loss {:.4f}", step + 1, ema_loss, val);
+      if (o.quiet) {
+        fmt::print(out, "{}\n", line);
+        std::fflush(out);
+      } else {
+        progress.message(line);
+      }
       Checkpoint ck{cfg, data.vocab, params, o.optimizer, optim->state(), step + 1, "", o.to_json()};
       std::ostringstream rs;
       rs << rng;

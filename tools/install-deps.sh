@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs the Debian packages gradgraph builds with, skipping those already present.
+# Run as root on Debian 12 (bookworm). Used by README's set-up commands and by CI.
+set -euo pipefail
+pkgs=(g++ cmake ninja-build libfmt-dev doctest-dev libxsimd-dev nlohmann-json3-dev libcli11-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
