@@ -8,6 +8,14 @@
 #include <numbers>
 
 namespace gg::dsl {
+namespace {
+// A composite's own check fails at the user's call (the outermost UserSite), named by the
+// composite and the current scope: "<what> at <file>:<line> ('<scope>'): <msg>".
+[[noreturn]] void fail_at_call(const Graph& g, const char* what, Loc loc, const std::string& msg) {
+  const std::string who = g.scope().empty() ? "" : fmt::format(" ('{}')", g.scope());
+  throw GraphError(fmt::format("{} at {}{}: {}", what, site_string(g.user_loc().value_or(loc)), who, msg));
+}
+}  // namespace
 
 Expr linear(Expr x, std::int64_t out_features, const std::string& name, bool bias, std::optional<Init> w_init,
             Loc loc) {
@@ -61,9 +69,9 @@ Expr cross_entropy(Expr logits, Expr targets, int ignore_index, Loc loc) {
   const std::int64_t V = logits.dim(-1);
   Shape lead(logits.shape().begin(), logits.shape().end() - 1);
   if (targets.dtype() != DType::i32 || targets.shape() != lead)
-    g.fail(targets.node(), fmt::format("cross_entropy targets must be i32 {} to match logits {}, got {} {}",
-                                       to_string(lead), to_string(logits.shape()), to_string(targets.dtype()),
-                                       to_string(targets.shape())));
+    fail_at_call(g, "cross_entropy", loc, fmt::format("targets must be i32 {} to match logits {}, got {} {}",
+                                                      to_string(lead), to_string(logits.shape()),
+                                                      to_string(targets.dtype()), to_string(targets.shape())));
   std::vector<float> iota(static_cast<std::size_t>(V));
   for (std::int64_t i = 0; i < V; ++i) iota[std::size_t(i)] = float(i);
   Expr classes = constant(g, iota, {V}, DType::i32, loc);                   // classes: (V)
@@ -107,7 +115,7 @@ Expr causal_mask(Graph& g, std::int64_t T, Loc loc) {
 
 Expr padding_mask(Expr keep, Loc loc) {
   UserSite site(*keep.g, loc);
-  if (keep.rank() != 2) keep.g->fail(keep.node(), fmt::format("padding_mask wants keep (B, T), got {}", to_string(keep.shape())));
+  if (keep.rank() != 2) fail_at_call(*keep.g, "padding_mask", loc, fmt::format("wants keep (B, T), got {}", to_string(keep.shape())));
   return reshape(keep, {keep.dim(0), 1, keep.dim(1)}, loc);
 }
 
@@ -118,8 +126,9 @@ Expr masked_fill(Expr scores, Expr mask, Loc loc) {
   if (mask.rank() == 3 && scores.rank() == 4 && mask.dim(1) == 1)
     mask = reshape(mask, {mask.dim(0), 1, 1, mask.dim(2)}, loc);
   if (!op::broadcast_shapes(mask.shape(), scores.shape()) || mask.rank() > scores.rank())
-    g.fail(mask.node(), fmt::format("mask {} ('{}') cannot broadcast onto scores {} ('{}')", to_string(mask.shape()),
-                                    mask.name(), to_string(scores.shape()), scores.name()));
+    fail_at_call(g, "masked_fill", loc, fmt::format("mask {} ('{}') cannot broadcast onto scores {} ('{}')",
+                                                    to_string(mask.shape()), mask.name(), to_string(scores.shape()),
+                                                    scores.name()));
   Expr ninf = scalar(g, -std::numeric_limits<float>::infinity(), loc);
   return where(mask, scores, ninf, loc);
 }
@@ -129,7 +138,7 @@ Expr dropout(Expr x, float p, bool training, Loc loc) {
   Graph& g = *x.g;
   UserSite site(g, loc);
   NameScope scope(g, "dropout");
-  if (p >= 1.f) g.fail(x.node(), fmt::format("dropout probability {} must be < 1", p));
+  if (p >= 1.f) fail_at_call(g, "dropout", loc, fmt::format("probability {} must be < 1", p));
   Expr keep = compare(Expr{&g, op::random(g, x.shape(), loc)}, scalar(g, p), Cmp::ge, loc);  // keep: like x, 1 w.p. 1-p
   return x * keep * (1.f / (1.f - p));
 }
@@ -168,7 +177,7 @@ AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::str
   Scope scope(g, name);
   const std::int64_t B = x.dim(0), T = x.dim(1), D = x.dim(2);
   if (n_head <= 0 || D % n_head != 0)
-    g.fail(x.node(), fmt::format("multi_head_attention '{}': n_embd {} is not divisible by n_head {}", g.scope(), D, n_head));
+    fail_at_call(g, "multi_head_attention", loc, fmt::format("n_embd {} is not divisible by n_head {}", D, n_head));
   const std::int64_t hs = D / n_head;
   auto heads = [&](Expr t) {  // (B, T, D) -> (B, H, T, hs)
     return permute(reshape(t, {B, T, n_head, hs}, loc), {0, 2, 1, 3}, loc);

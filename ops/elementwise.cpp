@@ -135,7 +135,8 @@ const OpRule maximum_rule = {
 // d/dx (-x) = -1
 const OpRule neg_rule = {
     infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, [](auto x) { return -x; }); },
+    // x * -1, not -x: xsimd's batch negation is 0 - x, which loses the sign of zero
+    [](const KernelArgs& a) { unary_kernel(a, [](auto x) { return x * -1.f; }); },
     [](GradArgs& a) { a.gin[0] = op::neg(a.g, a.gout); }};
 
 // ---- exp ---------------------------------------------------------------------------

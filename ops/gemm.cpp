@@ -1,13 +1,13 @@
 // GEMM: a packed, register-blocked SGEMM in the BLIS/GotoBLAS style. Panels of op(A) and
 // op(B) are packed into contiguous per-thread buffers (transposes are absorbed here), and
 // an MR x NR microkernel keeps its tile of C in SIMD registers. Threads split C into
-// independent row or column stripes. Not a general BLAS: row-major float only.
+// independent row or column stripes. Small products skip packing (see DIRECT, SMALL).
+// Not a general BLAS: row-major float only.
 #include "ops/gemm.h"
 
 #include <algorithm>
 #include <array>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <new>
 #include <utility>
@@ -62,10 +62,11 @@ constexpr int MR = 4, NV = 4;
 constexpr int MR = (W >= 16) ? 12 : 6, NV = 2;
 #endif
 constexpr int NR = NV * W;
-constexpr i64 KC = 256;               // depth of one packed panel: B sliver (KC x NR) in L1
-constexpr i64 MC = MR * 16;           // rows of the packed A block (MC x KC) kept in L2
-constexpr i64 NC = NR * 128;          // columns of the packed B panel (KC x NC) kept in L2/L3
-constexpr i64 SMALL = 24 * 24 * 24;   // M*N*K at or below this: no packing, direct loops
+constexpr i64 KC = 256;               // depth of a packed panel: a B sliver (KC x NR) is 32 KB
+constexpr i64 MC = 48 / MR * MR;      // rows of the packed A block (MC x KC), near L1 (measured)
+constexpr i64 NC = 1024;              // columns of the packed B panel (KC x NC): 1 MB, in L2
+constexpr i64 SMALL = 16 * 16 * 16;   // M*N*K at or below this: plain loops, no microkernel
+constexpr i64 DIRECT = 128 * 128 * 128;  // M*N*K at or below this: microkernel, no packing
 constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
 
 // ---- per-thread packing buffers (grown on demand, never freed per call) ------------------
@@ -153,25 +154,27 @@ void pack_b(const Problem& P, i64 j0, i64 nc, i64 p0, i64 kc, float* Bp) {
 }
 
 // ---- the microkernel ----------------------------------------------------------------------
-// C[0:ROWS, 0:n] = alpha * Ap @ Bp + beta * C, with Ap: (kc, MR) packed, Bp: (kc, NR) packed,
-// n <= NR valid columns. The ROWS x NR accumulator tile lives in registers for all of kc.
-// beta == 0 never reads C.
-template <int ROWS>
-void micro_kernel(i64 kc, const float* __restrict Ap, const float* __restrict Bp,
-                  float* C, i64 ldc, i64 n, float alpha, float beta) {
+// C[0:ROWS, 0:n] = alpha * a @ b + beta * C over kc steps, n <= NR valid columns, where
+//   b(k, 0:NR) = B[k * b_ks + (0:NR)]                     (a packed sliver: b_ks = NR)
+//   a(i, k)    = A[i * a_step + k]      when A_ROWS       (A read in place, row-major)
+//   a(i, k)    = A[i + k * a_step]      otherwise         (a packed sliver: a_step = MR)
+// The ROWS x NR accumulator tile lives in registers for all of kc. beta == 0 never reads C.
+template <int ROWS, bool A_ROWS>
+void micro_kernel(i64 kc, const float* __restrict A, i64 a_step, const float* __restrict B,
+                  i64 b_ks, float* C, i64 ldc, i64 n, float alpha, float beta) {
   vec acc[ROWS][NV];
   for (int i = 0; i < ROWS; ++i)
     for (int v = 0; v < NV; ++v) acc[i][v] = vsplat(0.f);
 
-  for (i64 k = 0; k < kc; ++k) {  // rank-1 update: one row of Bp times one column of Ap
+  for (i64 k = 0; k < kc; ++k) {  // rank-1 update: one row of b times one column of a
     vec b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = vload(Bp + v * W);
+    for (int v = 0; v < NV; ++v) b[v] = vload(B + v * W);
     for (int i = 0; i < ROWS; ++i) {
-      const vec a = vsplat(Ap[i]);
+      const vec a = vsplat(A_ROWS ? A[i * a_step] : A[i]);
       for (int v = 0; v < NV; ++v) acc[i][v] = vfma(a, b[v], acc[i][v]);
     }
-    Ap += MR;
-    Bp += NR;
+    A += A_ROWS ? 1 : a_step;
+    B += b_ks;
   }
 
   const vec va = vsplat(alpha), vb = vsplat(beta);
@@ -192,14 +195,16 @@ void micro_kernel(i64 kc, const float* __restrict Ap, const float* __restrict Bp
   }
 }
 
-using kernel_fn = void (*)(i64, const float*, const float*, float*, i64, i64, float, float);
+using kernel_fn = void (*)(i64, const float*, i64, const float*, i64, float*, i64, i64, float,
+                           float);
 
-template <int... R>
+template <bool A_ROWS, int... R>
 constexpr auto make_kernels(std::integer_sequence<int, R...>) {
-  return std::array<kernel_fn, sizeof...(R)>{&micro_kernel<R + 1>...};
+  return std::array<kernel_fn, sizeof...(R)>{&micro_kernel<R + 1, A_ROWS>...};
 }
 // kernels[r - 1] handles a tile of r rows, so the bottom edge wastes no work.
-constexpr auto kernels = make_kernels(std::make_integer_sequence<int, MR>{});
+constexpr auto kernels = make_kernels<false>(std::make_integer_sequence<int, MR>{});
+constexpr auto kernels_a_rows = make_kernels<true>(std::make_integer_sequence<int, MR>{});
 
 // ---- the blocked loops over one stripe of C -----------------------------------------------
 // C[i0:i1, j0:j1] = alpha * op(A)[i0:i1, :] @ op(B)[:, j0:j1] + beta * C[i0:i1, j0:j1].
@@ -214,17 +219,47 @@ void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
       const i64 kc = std::min(KC, P.K - pc);
       const float beta = pc == 0 ? P.beta : 1.f;  // later slices accumulate onto C
       pack_b(P, jc, nc, pc, kc, Bp);            // Bp: (nc/NR) slivers of (kc, NR)
-      for (i64 ic = i0; ic < i1; ic += MC) {  // MC rows of C: one packed A block in L2
+      for (i64 ic = i0; ic < i1; ic += MC) {  // MC rows of C: one packed A block (mc, kc)
         const i64 mc = std::min(MC, i1 - ic);
         pack_a(P, ic, mc, pc, kc, Ap);  // Ap: (mc/MR) slivers of (kc, MR)
         for (i64 jr = 0; jr < nc; jr += NR) {  // one B sliver (kc, NR), reused from L1
           const i64 nr = std::min<i64>(NR, nc - jr);
           for (i64 ir = 0; ir < mc; ir += MR) {  // one A sliver: an MR x NR tile of C
             const i64 mr = std::min<i64>(MR, mc - ir);
-            kernels[mr - 1](kc, Ap + ir * kc, Bp + jr * kc, P.C + (ic + ir) * P.ldc + jc + jr,
-                            P.ldc, nr, P.alpha, beta);
+            kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR,
+                            P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr, P.alpha, beta);
           }
         }
+      }
+    }
+  }
+}
+
+// Small products: nothing is packed when it can be read in place. A is read in either
+// layout; B is read in place when it is (K, N) and the sliver is a full NR wide, otherwise
+// that one sliver is packed. C[i0:i1, j0:j1] as in gemm_blocked.
+void gemm_direct(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
+  float* Bp = pack_b_buf.get(std::size_t(std::min(P.K, KC) * NR));
+  for (i64 pc = 0; pc < P.K; pc += KC) {  // KC-deep slice of the sum: a rank-KC update
+    const i64 kc = std::min(KC, P.K - pc);
+    const float beta = pc == 0 ? P.beta : 1.f;
+    for (i64 jr = j0; jr < j1; jr += NR) {  // one B sliver (kc, NR)
+      const i64 nr = std::min<i64>(NR, j1 - jr);
+      const float* Bs = P.B + pc * P.ldb + jr;  // B(pc + k, jr + j) at Bs[k * ldb + j]
+      i64 b_ks = P.ldb;
+      if (P.tb || nr < NR) {
+        pack_b(P, jr, nr, pc, kc, Bp);
+        Bs = Bp;
+        b_ks = NR;
+      }
+      for (i64 ir = i0; ir < i1; ir += MR) {  // an MR x NR tile of C
+        const i64 mr = std::min<i64>(MR, i1 - ir);
+        float* c = P.C + ir * P.ldc + jr;
+        if (P.ta)  // A is (K, M): a(i, k) = A[(pc + k) * lda + ir + i]
+          kernels[mr - 1](kc, P.A + pc * P.lda + ir, P.lda, Bs, b_ks, c, P.ldc, nr, P.alpha, beta);
+        else  // A is (M, K): a(i, k) = A[(ir + i) * lda + pc + k]
+          kernels_a_rows[mr - 1](kc, P.A + ir * P.lda + pc, P.lda, Bs, b_ks, c, P.ldc, nr, P.alpha,
+                                 beta);
       }
     }
   }
@@ -265,20 +300,27 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
   }
   if (M * N * K <= SMALL) return gemm_small(P);
 
+  // Products up to DIRECT read A (and usually B) in place; larger ones pack panels, which
+  // pays for itself once each packed element is reused enough.
+  void (*const stripe)(const Problem&, i64, i64, i64, i64) =
+      M * N * K <= DIRECT ? gemm_direct : gemm_blocked;
+
   // Threads take independent stripes of C: rows in MR units, or columns in NR units when
   // there are more column tiles than row tiles. Each thread packs its own panels.
   const double flops = 2.0 * double(M) * double(N) * double(K);
   const i64 row_tiles = (M + MR - 1) / MR, col_tiles = (N + NR - 1) / NR;
-  if (flops < PARALLEL_FLOPS || num_threads() == 1 || std::max(row_tiles, col_tiles) < 2)
-    return gemm_blocked(P, 0, M, 0, N);
-  const Problem* p = &P;
+  if (flops < PARALLEL_FLOPS || std::max(row_tiles, col_tiles) < 2) return stripe(P, 0, M, 0, N);
+  struct Job {
+    const Problem* p;
+    void (*stripe)(const Problem&, i64, i64, i64, i64);
+  } job{&P, stripe};
   if (row_tiles >= col_tiles) {
-    parallel_for(row_tiles, 1, [p](i64 t0, i64 t1) {
-      gemm_blocked(*p, t0 * MR, std::min(p->M, t1 * MR), 0, p->N);
+    parallel_for(row_tiles, 1, [job](i64 t0, i64 t1) {
+      job.stripe(*job.p, t0 * MR, std::min(job.p->M, t1 * MR), 0, job.p->N);
     });
   } else {
-    parallel_for(col_tiles, 1, [p](i64 t0, i64 t1) {
-      gemm_blocked(*p, 0, p->M, t0 * NR, std::min(p->N, t1 * NR));
+    parallel_for(col_tiles, 1, [job](i64 t0, i64 t1) {
+      job.stripe(*job.p, 0, job.p->M, t0 * NR, std::min(job.p->N, t1 * NR));
     });
   }
 }

@@ -99,8 +99,8 @@ int default_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-std::mutex pool_mu;
-int wanted_threads = 0;
+std::mutex pool_mu;                  // held while a parallel job runs
+std::atomic<int> wanted_threads{0};  // not under pool_mu: a job's body may ask for it
 
 Pool& pool() {
   static Pool p(default_threads());
@@ -110,22 +110,23 @@ Pool& pool() {
 }  // namespace
 
 int num_threads() {
-  std::lock_guard<std::mutex> lk(pool_mu);
-  return wanted_threads > 0 ? wanted_threads : pool().size();
+  const int w = wanted_threads.load();
+  return w > 0 ? w : pool().size();  // the pool is only resized once w > 0
 }
 
-void set_num_threads(int n) {
-  std::lock_guard<std::mutex> lk(pool_mu);
-  wanted_threads = std::max(1, n);
-}
+void set_num_threads(int n) { wanted_threads.store(std::max(1, n)); }
 
 void parallel_for(std::int64_t n, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& body) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(1, grain);
+  if (Pool::in_worker) {  // nested: serial, before touching pool_mu (held by the outer job)
+    body(0, n);
+    return;
+  }
   int threads = num_threads();
   std::int64_t chunks = std::min<std::int64_t>(threads, (n + grain - 1) / grain);
-  if (chunks <= 1 || Pool::in_worker) {
+  if (chunks <= 1) {
     body(0, n);
     return;
   }

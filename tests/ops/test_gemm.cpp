@@ -1,0 +1,172 @@
+// Tests for ops/gemm.cpp: the packed GEMM against the plain triple loop (gemm_reference)
+// over all transpose combinations, awkward sizes, padded leading dimensions, alpha/beta
+// (including beta = 0 over a NaN-filled C) and 1 or 2 threads. No timing here.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ops/gemm.h"
+#include "ops/parallel.h"
+
+namespace {
+
+using i64 = std::int64_t;
+
+struct Case {
+  bool ta, tb;
+  i64 M, N, K;
+  float alpha, beta;
+  i64 pad = 0;           // extra floats at the end of every row (leading dim > row width)
+  bool nan_c = false;    // fill C with NaN (only meaningful with beta == 0)
+};
+
+// Runs gemm and gemm_reference on the same random inputs and checks every element.
+void check(const Case& c, std::uint32_t seed = 1) {
+  INFO("ta=" << c.ta << " tb=" << c.tb << " M=" << c.M << " N=" << c.N << " K=" << c.K
+             << " alpha=" << c.alpha << " beta=" << c.beta << " pad=" << c.pad
+             << " nan_c=" << c.nan_c << " threads=" << gg::num_threads());
+  // A: (M, K) or (K, M); B: (K, N) or (N, K); C: (M, N); each row padded by c.pad.
+  const i64 a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
+  const i64 b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
+  const i64 lda = a_cols + c.pad, ldb = b_cols + c.pad, ldc = c.N + c.pad;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> A(std::size_t(std::max<i64>(1, a_rows * lda)));
+  std::vector<float> B(std::size_t(std::max<i64>(1, b_rows * ldb)));
+  std::vector<float> C0(std::size_t(std::max<i64>(1, c.M * ldc)));
+  for (auto& x : A) x = u(rng);
+  for (auto& x : B) x = u(rng);
+  for (auto& x : C0) x = c.nan_c ? std::numeric_limits<float>::quiet_NaN() : u(rng);
+  std::vector<float> C = C0, R = C0;
+
+  gg::gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), ldc);
+  gg::gemm_reference(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta,
+                     R.data(), ldc);
+
+  // |a|, |b| <= 1: float accumulation error grows at most like K * eps per element.
+  const float tol = 1e-6f * float(std::max<i64>(c.K, 1)) * std::max(1.f, std::abs(c.alpha)) + 1e-6f;
+  i64 bad = 0;
+  for (i64 i = 0; i < c.M; ++i) {
+    for (i64 j = 0; j < ldc; ++j) {
+      const float got = C[std::size_t(i * ldc + j)], want = R[std::size_t(i * ldc + j)];
+      if (j >= c.N) {  // padding past the row must be left alone (NaN stays NaN)
+        const float orig = C0[std::size_t(i * ldc + j)];
+        if (!(got == orig || (std::isnan(got) && std::isnan(orig)))) ++bad;
+        continue;
+      }
+      if (!(std::abs(got - want) <= tol)) {  // also catches NaN
+        if (bad < 5) {
+          MESSAGE("C(" << i << ", " << j << ") = " << got << ", want " << want);
+        }
+        ++bad;
+      }
+    }
+  }
+  CHECK(bad == 0);
+}
+
+// Every transpose combination for one size and one alpha/beta setting.
+void check_all_transposes(i64 M, i64 N, i64 K, float alpha, float beta, i64 pad = 0,
+                          bool nan_c = false) {
+  for (int t = 0; t < 4; ++t) check({bool(t & 1), bool(t & 2), M, N, K, alpha, beta, pad, nan_c});
+}
+
+// Runs body with 1 and then 2 threads, restoring the thread count afterwards.
+template <class F>
+void with_threads(F body) {
+  const int saved = gg::num_threads();
+  for (int n : {1, 2}) {
+    gg::set_num_threads(n);
+    body();
+  }
+  gg::set_num_threads(saved);
+}
+
+const i64 kAwkward[] = {1, 3, 7, 15, 17, 33, 100, 257};
+
+}  // namespace
+
+TEST_CASE("gemm matches the reference on awkward sizes, all transposes") {
+  with_threads([] {
+    for (i64 M : kAwkward)
+      for (i64 N : kAwkward)
+        for (i64 K : {i64(1), i64(17), i64(257)}) check_all_transposes(M, N, K, 1.f, 0.f);
+    // Sweep K on its own (crosses the KC blocking) with a mid-sized M and N.
+    for (i64 K : kAwkward) check_all_transposes(33, 100, K, 1.f, 0.f);
+    for (i64 K : {i64(255), i64(256), i64(511), i64(513), i64(768)})
+      check_all_transposes(37, 71, K, 1.f, 0.f);
+  });
+}
+
+TEST_CASE("gemm handles alpha, beta and beta = 0 over NaN") {
+  with_threads([] {
+    SUBCASE("alpha and beta") {
+      for (float alpha : {1.f, -0.5f, 2.f})
+        for (float beta : {0.f, 1.f, 0.25f, -1.f}) {
+          check_all_transposes(17, 33, 15, alpha, beta);
+          check_all_transposes(100, 257, 100, alpha, beta);
+        }
+    }
+    SUBCASE("beta = 0 ignores NaN in C") {
+      for (i64 s : kAwkward) check_all_transposes(s, s, s, 1.f, 0.f, 0, true);
+      check_all_transposes(257, 100, 300, 0.5f, 0.f, 3, true);
+    }
+    SUBCASE("alpha = 0 and K = 0 scale C by beta") {
+      check_all_transposes(7, 33, 15, 0.f, 0.5f);
+      check_all_transposes(7, 33, 0, 1.f, 0.5f);
+      check_all_transposes(7, 33, 0, 1.f, 0.f, 0, true);
+    }
+  });
+}
+
+TEST_CASE("gemm respects leading dimensions larger than the row") {
+  with_threads([] {
+    for (i64 pad : {1, 5, 16})
+      for (i64 s : {i64(3), i64(17), i64(100)}) {
+        check_all_transposes(s, s + 4, s + 9, 1.f, 0.f, pad);
+        check_all_transposes(s + 9, s, s + 4, -1.5f, 0.5f, pad, false);
+      }
+  });
+}
+
+TEST_CASE("gemm on the project's shapes") {
+  with_threads([] {
+    check({false, false, 768, 512, 128, 1.f, 0.f});   // (768x128)@(128x512)
+    check({false, false, 768, 128, 512, 1.f, 0.f});   // (768x512)@(512x128)
+    check({true, false, 128, 512, 768, 1.f, 1.f});    // A^T@B, weight gradient, accumulate
+    check({false, true, 768, 128, 512, 1.f, 0.f});    // dX = dY @ W^T
+    check({false, false, 64, 64, 32, 1.f, 0.f});      // attention scores
+    check({false, true, 64, 64, 32, 0.125f, 0.f});    // q @ k^T, scaled
+    check({false, false, 64, 32, 64, 1.f, 0.f});      // att @ v
+  });
+}
+
+TEST_CASE("gemm called from inside parallel_for runs serially and correctly") {
+  const int saved = gg::num_threads();
+  gg::set_num_threads(2);
+  // 4 independent (100x257)@(257x100) products, one per index.
+  const i64 M = 100, N = 100, K = 257, count = 4;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> A(std::size_t(count * M * K)), B(std::size_t(count * K * N));
+  std::vector<float> C(std::size_t(count * M * N)), R(std::size_t(count * M * N));
+  for (auto& x : A) x = u(rng);
+  for (auto& x : B) x = u(rng);
+  gg::parallel_for(count, 1, [&](i64 b0, i64 b1) {
+    for (i64 b = b0; b < b1; ++b)
+      gg::gemm(false, false, M, N, K, 1.f, A.data() + b * M * K, K, B.data() + b * K * N, N, 0.f,
+               C.data() + b * M * N, N);
+  });
+  for (i64 b = 0; b < count; ++b)
+    gg::gemm_reference(false, false, M, N, K, 1.f, A.data() + b * M * K, K, B.data() + b * K * N,
+                       N, 0.f, R.data() + b * M * N, N);
+  float worst = 0.f;
+  for (std::size_t i = 0; i < C.size(); ++i) worst = std::max(worst, std::abs(C[i] - R[i]));
+  CHECK(worst <= 1e-6f * float(K));
+  gg::set_num_threads(saved);
+}
