@@ -75,11 +75,11 @@ int run_replay(const ReplayCmd& a) {
   std::istringstream bs(a.betas);
   if (!(bs >> b1 >> comma >> b2) || comma != ',' || !bs.eof() || b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
     throw InputError(fmt::format("--betas: expected two numbers in [0, 1) as B1,B2, got '{}'", a.betas));
-  if (!(a.lr > 0)) throw InputError(fmt::format("--lr must be > 0, got {}", a.lr));
-  if (a.momentum < 0 || a.momentum >= 1) throw InputError(fmt::format("--momentum must be in [0, 1), got {}", a.momentum));
-  if (!(a.eps > 0)) throw InputError(fmt::format("--eps must be > 0, got {}", a.eps));
-  if (a.weight_decay < 0) throw InputError(fmt::format("--weight-decay must be >= 0, got {}", a.weight_decay));
-  if (a.clip < 0) throw InputError(fmt::format("--clip must be >= 0 (0 = off), got {}", a.clip));
+  if (!(a.lr > 0 && std::isfinite(a.lr))) throw InputError(fmt::format("--lr must be > 0, got {}", a.lr));
+  if (!(a.momentum >= 0 && a.momentum < 1)) throw InputError(fmt::format("--momentum must be in [0, 1), got {}", a.momentum));
+  if (!(a.eps > 0 && std::isfinite(a.eps))) throw InputError(fmt::format("--eps must be > 0, got {}", a.eps));
+  if (!(a.weight_decay >= 0 && std::isfinite(a.weight_decay))) throw InputError(fmt::format("--weight-decay must be >= 0, got {}", a.weight_decay));
+  if (!(a.clip >= 0)) throw InputError(fmt::format("--clip must be >= 0 (0 = off), got {}", a.clip));
   std::unique_ptr<Optimizer> opt;
   if (a.optimizer == "sgd") opt = std::make_unique<Sgd>(a.momentum);
   else opt = std::make_unique<AdamW>(AdamWOptions{b1, b2, a.eps, a.weight_decay});
@@ -238,6 +238,14 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
+    // CLI11 reports a misspelled subcommand or option before any subcommand only as
+    // "A subcommand is required": name it.
+    if (app.get_subcommands().empty() && !app.remaining().empty()) {
+      const std::string first = app.remaining().front();
+      msg = first.rfind("-", 0) == 0
+                ? fmt::format("unknown option '{}'", first)
+                : fmt::format("unknown subcommand '{}' (expected train, sample, grad, replay or inspect)", first);
+    }
     for (char& ch : msg)
       if (ch == '\n') ch = ' ';
     fmt::print(stderr, "gradgraph: error: {} (see --help)\n", msg);

@@ -74,8 +74,12 @@ template <class F>
 void unary_kernel(const KernelArgs& a, F f) {
   const float* x = a.in[0].f();
   float* o = a.out.f();
-  parallel_for(a.out.numel(), 8192, [&](std::int64_t b, std::int64_t e) {
-    simd::map(std::size_t(e - b), o + b, x + b, f);
+  // Chunks in whole registers: only the last element(s) take the scalar tail, whatever
+  // the thread count (the tail's libm results differ from the batch's in the last ulp).
+  const std::int64_t n = a.out.numel(), w = std::int64_t(simd::width);
+  parallel_for((n + w - 1) / w, 8192 / w, [&](std::int64_t b, std::int64_t e) {
+    const std::int64_t lo = b * w, hi = std::min(n, e * w);
+    simd::map(std::size_t(hi - lo), o + lo, x + lo, f);
   });
 }
 

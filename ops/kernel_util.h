@@ -93,6 +93,17 @@ void broadcast_rows(const Shape& out, const std::array<const Shape*, N>& ins, Ro
   for (int k = 0; k < N; ++k) inner[std::size_t(k)] = cst.back()[std::size_t(k)] ? 1 : 0;
   std::int64_t rows = 1;
   for (int d = 0; d < cr - 1; ++d) rows *= dims[std::size_t(d)];
+  if (rows == 1) {
+    // One long run (same shapes, or against a scalar): split it in pieces of whole
+    // SIMD registers, so threads share it and every element takes the same code path.
+    parallel_for((n + 63) / 64, 256, [&](std::int64_t c0, std::int64_t c1) {
+      const std::int64_t b = c0 * 64, e = std::min(n, c1 * 64);
+      std::array<std::int64_t, N> off;
+      for (int k = 0; k < N; ++k) off[std::size_t(k)] = b * inner[std::size_t(k)];
+      row(b, off, e - b, inner);
+    });
+    return;
+  }
   parallel_for(rows, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t r0, std::int64_t r1) {
     // Multi-index of row r0 over the outer dims, then step through rows.
     std::vector<std::int64_t> idx(std::size_t(std::max(cr - 1, 0)), 0);

@@ -102,6 +102,12 @@ inline float sum(std::size_t n, const float* a) {
   }
   for (; i + width <= n; i += width) v0 += load(a + i);
   acc = hsum(v0 + v1);
+#else
+  // Sixteen partial sums, like the SIMD build's two registers of lanes: as accurate.
+  float part[16] = {};
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) part[k] += a[i + std::size_t(k)];
+  for (float p : part) acc += p;
 #endif
   for (; i < n; ++i) acc += a[i];
   return acc;

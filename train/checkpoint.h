@@ -19,7 +19,7 @@ struct Checkpoint {
   std::string optimizer;                        // "adamw" or "sgd"
   std::map<std::string, Tensor> optim_state;    // Optimizer::state()
   std::int64_t step = 0;                        // optimizer steps taken
-  std::string rng_state;                        // std::mt19937_64 state, as text
+  std::string rng_state;                        // std::mt19937_64 states (data, then dropout), as text
   std::string options_json;                     // the training options of the run
 };
 

@@ -24,8 +24,10 @@ void validate_config(const dsl::GptConfig& c, const std::string& source) {
   if (c.n_embd % c.n_head != 0)
     bad("n_embd", fmt::format("{} is not divisible by n_head = {}", c.n_embd, c.n_head));
   if (!(c.layernorm_eps > 0)) bad("layernorm_eps", fmt::format("must be > 0, got {}", c.layernorm_eps));
-  if (c.vocab_size > (1 << 24) || c.block_size > (1 << 20) || c.n_embd > (1 << 16) || c.n_layer > 1024)
-    bad("config", "sizes are implausibly large");
+  if (c.vocab_size > (1 << 24)) bad("vocab_size", fmt::format("{} is implausibly large (max {})", c.vocab_size, 1 << 24));
+  if (c.block_size > (1 << 20)) bad("block_size", fmt::format("{} is implausibly large (max {})", c.block_size, 1 << 20));
+  if (c.n_embd > (1 << 16)) bad("n_embd", fmt::format("{} is implausibly large (max {})", c.n_embd, 1 << 16));
+  if (c.n_layer > 1024) bad("n_layer", fmt::format("{} is implausibly large (max {})", c.n_layer, 1024));
 }
 
 dsl::GptConfig parse_config(const std::string& text, const std::string& source) {

@@ -50,6 +50,8 @@ class StepRunner {
   const Graph& graph() const { return g_; }
   const dsl::Gpt& model() const { return m_; }
   const Executor& train_plan() const { return *train_; }
+  // The generator of the training plan's dropout masks (a checkpoint carries its state).
+  std::mt19937_64& dropout_rng() { return train_->rng(); }
 
  private:
   dsl::GptConfig c_;

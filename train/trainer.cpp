@@ -160,6 +160,7 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
   std::unique_ptr<Optimizer> optim = make_optimizer(o);
   std::mt19937_64 rng(o.seed);
   std::int64_t start = 0;
+  std::string rng_state;  // of the checkpoint resumed from
   if (o.resume) {
     Checkpoint ck = load_checkpoint(ck_path);
     if (ck.vocab != data.vocab)
@@ -169,13 +170,22 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
                                    config_to_json(ck.config), config_to_json(cfg)));
     if (ck.optimizer != o.optimizer)
       throw InputError(fmt::format("{}: the checkpoint was trained with {}, not {}", ck_path, ck.optimizer, o.optimizer));
+    if (ck.step > o.steps)
+      throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond --steps {}", ck_path, ck.step, o.steps));
     params = std::move(ck.params);
     optim->load_state(ck.optim_state, ck.step);
-    std::istringstream(ck.rng_state) >> rng;
+    rng_state = ck.rng_state;
     start = ck.step;
     fmt::print(out, "resuming {} at step {}\n", ck_path, start);
   }
   StepRunner runner(cfg, o.batch_size, o.block_size, params, /*training=*/true, o.seed);
+  if (o.resume) {
+    // The data RNG, then the dropout RNG (absent from older checkpoints).
+    std::istringstream rs(rng_state);
+    rs >> rng;
+    std::mt19937_64 dropout_rng;
+    if (rs >> dropout_rng) runner.dropout_rng() = dropout_rng;
+  }
   // Projections into the residual stream start smaller (GPT-2's 1/sqrt(2 n_layer) scaling).
   params.init_missing(runner.graph(), o.seed);
   if (start == 0)
@@ -225,7 +235,7 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
       }
       Checkpoint ck{cfg, data.vocab, params, o.optimizer, optim->state(), step + 1, "", o.to_json()};
       std::ostringstream rs;
-      rs << rng;
+      rs << rng << ' ' << runner.dropout_rng();
       ck.rng_state = rs.str();
       save_checkpoint(ck_path, ck);
     }
@@ -240,7 +250,7 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
 
   Checkpoint ck{cfg, data.vocab, params, o.optimizer, optim->state(), o.steps, "", o.to_json()};
   std::ostringstream rs;
-  rs << rng;
+  rs << rng << ' ' << runner.dropout_rng();
   ck.rng_state = rs.str();
   save_checkpoint(ck_path, ck);
   write_csv(o.out_dir + "/loss.csv", curves);

@@ -1,0 +1,91 @@
+// Test helpers for the command-line program: run `gradgraph` (path from GG_CLI_PATH, set by
+// tests/CMakeLists.txt to $<TARGET_FILE:gradgraph>) with its stdout and stderr captured
+// separately, and a temporary directory removed at the end of the scope.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+// tests/CMakeLists.txt defines GG_CLI_PATH; without it every test here fails, saying so.
+#ifndef GG_CLI_PATH
+#define GG_CLI_PATH ""
+#endif
+
+namespace gg_cli_test {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int n = 0;
+    path = fs::temp_directory_path() / ("gg_test_cli_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+inline std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Single-quotes `s` for /bin/sh.
+inline std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+struct Result {
+  int status = -1;  // exit status (-1: did not exit normally)
+  std::string out, err;
+  // Lines of stderr (a last line without '\n' counts).
+  int err_lines() const {
+    int n = 0;
+    for (char c : err) n += c == '\n';
+    return n + (!err.empty() && err.back() != '\n');
+  }
+};
+
+// Runs `gradgraph <args>` (args already quoted as needed).
+inline Result run(const std::string& args) {
+  Result r;
+  if (!fs::exists(GG_CLI_PATH)) {
+    r.err = "the gradgraph binary GG_CLI_PATH = '" GG_CLI_PATH "' does not exist (see tests/CMakeLists.txt)\n";
+    return r;
+  }
+  static int n = 0;
+  const std::string out_file =
+      (fs::temp_directory_path() / ("gg_test_cli_stdout_" + std::to_string(::getpid()) + "_" + std::to_string(n++)))
+          .string();
+  // stderr to the pipe, stdout to a file.
+  const std::string cmd = std::string(quote(GG_CLI_PATH)) + " " + args + " 2>&1 >" + quote(out_file);
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (std::size_t k; (k = std::fread(buf, 1, sizeof buf, p)) > 0;) r.err.append(buf, k);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = read_all(out_file);
+  std::error_code ec;
+  fs::remove(out_file, ec);
+  return r;
+}
+
+inline std::string golden(const std::string& file) { return std::string(GG_SOURCE_DIR) + "/tests/golden/" + file; }
+
+}  // namespace gg_cli_test

@@ -1,0 +1,114 @@
+// Golden tests: the reference model's loss, logits and every parameter gradient against
+// PyTorch float32 (tests/golden/ref_<case>.*, produced by tools/make_golden.py), with the
+// spec's Agreement tolerances. No Python at test time. The replay (training-step) goldens
+// are checked through the command-line program in tests/cli/test_replay_golden.cpp.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "train/config.h"
+#include "train/model.h"
+
+namespace {
+
+using namespace gg;
+
+std::string golden(const std::string& file) { return std::string(GG_SOURCE_DIR) + "/tests/golden/" + file; }
+
+// max|a-b| and max|b| over two equally long arrays; a NaN anywhere counts as infinite error.
+struct Diff {
+  double max_err = 0, max_ref = 0;
+};
+Diff diff(const float* a, const std::vector<float>& b) {
+  Diff d;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    const double e = std::abs(double(a[i]) - double(b[i]));
+    d.max_err = std::isnan(e) ? INFINITY : std::max(d.max_err, e);
+    d.max_ref = std::max(d.max_ref, std::abs(double(b[i])));
+  }
+  return d;
+}
+
+// Runs one grad case and returns the worst error as a fraction of its tolerance.
+double check_grad_case(const std::string& name) {
+  INFO("case ref_" << name);
+  const std::string base = "ref_" + name;
+  const dsl::GptConfig c = train::load_config(golden(base + ".config.json"));
+  ParamStore params;
+  train::load_weights(params, io::read_safetensors(golden(base + ".weights.safetensors")), c);
+  const train::Batches b = train::read_batches(io::read_safetensors(golden(base + ".batch.safetensors")), c, false);
+  const io::File ref = io::read_safetensors(golden(base + ".grad.safetensors"));
+
+  train::StepRunner r(c, b.B, b.T, params);
+  const double loss = r.forward_backward(b.tokens_at(0), b.targets_at(0));
+  double worst = 0;  // fraction of tolerance
+
+  // loss: relative 1e-5
+  const std::vector<float> ref_loss = ref.get_f32("loss");
+  REQUIRE(ref_loss.size() == 1);
+  const double loss_frac = std::abs(loss - double(ref_loss[0])) / (1e-5 * std::abs(double(ref_loss[0])));
+  CHECK_MESSAGE(loss_frac <= 1.0, "loss " << loss << " vs torch " << ref_loss[0]);
+  worst = std::max(worst, loss_frac);
+  std::string worst_name = "loss";
+
+  // logits (B, T, V) and every gradient: max|a-b| <= 1e-4 * max(max|b|, 1e-3)
+  auto compare = [&](const std::string& what, const float* got, const Shape& got_shape, const std::string& ref_name) {
+    const io::Entry* e = ref.find(ref_name);
+    REQUIRE_MESSAGE(e != nullptr, "golden file has no '" << ref_name << "'");
+    REQUIRE_MESSAGE(e->shape == got_shape, what << ": shape " << to_string(got_shape) << " vs torch " << to_string(e->shape));
+    const Diff d = diff(got, e->to_f32());
+    const double tol = 1e-4 * std::max(d.max_ref, 1e-3);
+    const double frac = d.max_err / tol;
+    CHECK_MESSAGE(frac <= 1.0, what << ": max|a-b| = " << d.max_err << " > tolerance " << tol);
+    if (!(frac <= worst)) {
+      worst = std::isnan(frac) ? INFINITY : frac;
+      worst_name = what;
+    }
+  };
+  const View lg = r.logits();
+  CHECK(*lg.shape == Shape{b.B, b.T, c.vocab_size});
+  compare("logits", lg.f(), *lg.shape, "logits");
+
+  const std::vector<ParamGrad> grads = r.grads();
+  const auto table = dsl::gpt_param_shapes(c);
+  REQUIRE(grads.size() == table.size());
+  std::size_t ref_grads = 0;
+  for (auto& [n, e] : ref.tensors) ref_grads += n.rfind("grad.", 0) == 0;
+  CHECK(ref_grads == grads.size());
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    CHECK(grads[i].name == table[i].first);  // the spec's table order
+    compare("grad." + grads[i].name, grads[i].grad, grads[i].param->shape(), "grad." + grads[i].name);
+  }
+  MESSAGE("ref_" << name << ": loss " << loss << ", worst error " << worst << " of tolerance (" << worst_name << ")");
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("golden: reference model loss, logits and gradients agree with PyTorch float32") {
+  for (const char* name : {"basic", "odd", "headsize1", "sinus"}) {
+    SUBCASE(name) { CHECK(check_grad_case(name) <= 1.0); }
+  }
+}
+
+TEST_CASE("golden: the comparison detects a wrong gradient") {
+  // The same check with one weight nudged must fail: guards against a vacuous comparison.
+  const dsl::GptConfig c = train::load_config(golden("ref_basic.config.json"));
+  ParamStore params;
+  train::load_weights(params, io::read_safetensors(golden("ref_basic.weights.safetensors")), c);
+  params.at("blocks.1.mlp.fc1.weight").f()[3] += 0.01f;
+  const train::Batches b = train::read_batches(io::read_safetensors(golden("ref_basic.batch.safetensors")), c, false);
+  const io::File ref = io::read_safetensors(golden("ref_basic.grad.safetensors"));
+  train::StepRunner r(c, b.B, b.T, params);
+  r.forward_backward(b.tokens_at(0), b.targets_at(0));
+  bool any_out = false;
+  for (const ParamGrad& pg : r.grads()) {
+    const Diff d = diff(pg.grad, ref.get_f32("grad." + pg.name));
+    any_out = any_out || d.max_err > 1e-4 * std::max(d.max_ref, 1e-3);
+  }
+  CHECK(any_out);
+}
