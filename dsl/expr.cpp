@@ -151,6 +151,13 @@ Expr gather(Expr x, Expr index, std::int64_t axis, Loc loc) {
   return {x.g, op::gather(*x.g, x.id, index.id, axis, loc)};
 }
 
+std::vector<Expr> params(Graph& g) {
+  std::vector<Expr> r;
+  for (NodeId i = 0; i < g.size(); ++i)
+    if (g.node(i).op == OpKind::param) r.push_back({&g, i});
+  return r;
+}
+
 std::vector<Expr> grad(Expr out, const std::vector<Expr>& wrt) {
   std::vector<NodeId> ids;
   for (const Expr& e : wrt) ids.push_back(e.id);

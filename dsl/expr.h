@@ -88,6 +88,9 @@ Expr slice(Expr x, std::int64_t axis, std::int64_t begin, std::int64_t end, Loc 
 Expr concat(const std::vector<Expr>& xs, std::int64_t axis, Loc loc = Loc::current());
 Expr gather(Expr x, Expr index, std::int64_t axis = 0, Loc loc = Loc::current());
 
+// Every parameter node of the graph, in declaration order.
+std::vector<Expr> params(Graph& g);
+
 // Gradients of a scalar with respect to each of wrt, as graph nodes (see autodiff/grad.h).
 std::vector<Expr> grad(Expr out, const std::vector<Expr>& wrt);
 

@@ -24,10 +24,8 @@ int main(int argc, char** argv) {
   Expr y = input(g, "y", {4, 1});                                    // y: (4, 1), their XOR
   Expr pred = linear(tanh(linear(x, 8, "fc1")), 1, "fc2");           // pred: (4, 1)
   Expr loss = mean_all((pred - y) * (pred - y));                     // MSE: scalar
-  std::vector<Expr> params;                                          // fc1.weight (8, 2), fc1.bias (8), fc2.*
-  for (NodeId i = 0; i < g.size(); ++i)
-    if (g.node(i).op == OpKind::param) params.push_back({&g, i});
-  std::vector<Expr> grads = grad(loss, params);                      // one gradient node per parameter
+  std::vector<Expr> ps = params(g);                                  // fc1.weight (8, 2), fc1.bias (8), fc2.*
+  std::vector<Expr> grads = grad(loss, ps);                          // one gradient node per parameter
 
   ParamStore store;
   store.init_missing(g, /*seed=*/1);
@@ -41,8 +39,8 @@ int main(int argc, char** argv) {
   for (int step = 0; step < steps; ++step) {
     ex.run();
     std::vector<ParamGrad> pg;
-    for (std::size_t i = 0; i < params.size(); ++i)
-      pg.push_back({params[i].name(), &store.at(params[i].name()), ex.value(grads[i].id).f()});
+    for (std::size_t i = 0; i < ps.size(); ++i)
+      pg.push_back({ps[i].name(), &store.at(ps[i].name()), ex.value(grads[i].id).f()});
     opt.step(pg, /*lr=*/0.05);
   }
 
