@@ -16,6 +16,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/model.h"
+#include "train/replay.h"
 #include "train/sample.h"
 #include "train/trainer.h"
 
@@ -70,33 +71,19 @@ int run_replay(const ReplayCmd& a) {
   ParamStore params;
   train::load_weights(params, read_file(a.weights), c);
   train::Batches b = train::read_batches(read_file(a.batches), c, /*stacked=*/true);
-  double b1 = 0, b2 = 0;
+  train::ReplayOptions o{a.optimizer, a.lr, a.momentum, 0, 0, a.eps, a.weight_decay, a.clip};
   char comma = 0;
   std::istringstream bs(a.betas);
-  if (!(bs >> b1 >> comma >> b2) || comma != ',' || !bs.eof() || b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
-    throw InputError(fmt::format("--betas: expected two numbers in [0, 1) as B1,B2, got '{}'", a.betas));
-  if (!(a.lr > 0 && std::isfinite(a.lr))) throw InputError(fmt::format("--lr must be > 0, got {}", a.lr));
-  if (!(a.momentum >= 0 && a.momentum < 1)) throw InputError(fmt::format("--momentum must be in [0, 1), got {}", a.momentum));
-  if (!(a.eps > 0 && std::isfinite(a.eps))) throw InputError(fmt::format("--eps must be > 0, got {}", a.eps));
-  if (!(a.weight_decay >= 0 && std::isfinite(a.weight_decay))) throw InputError(fmt::format("--weight-decay must be >= 0, got {}", a.weight_decay));
-  if (!(a.clip >= 0)) throw InputError(fmt::format("--clip must be >= 0 (0 = off), got {}", a.clip));
-  std::unique_ptr<Optimizer> opt;
-  if (a.optimizer == "sgd") opt = std::make_unique<Sgd>(a.momentum);
-  else opt = std::make_unique<AdamW>(AdamWOptions{b1, b2, a.eps, a.weight_decay});
-  train::StepRunner r(c, b.B, b.T, params);
-  std::vector<float> losses, norms;
-  for (std::int64_t n = 0; n < b.N; ++n) {
-    losses.push_back(float(r.forward_backward(b.tokens_at(n), b.targets_at(n))));
-    std::vector<ParamGrad> pg = r.grads();
-    norms.push_back(float(clip_grad_norm(pg, a.clip)));
-    opt->step(pg, a.lr);
-  }
+  if (!(bs >> o.beta1 >> comma >> o.beta2) || comma != ',' || !bs.eof())
+    throw InputError(fmt::format("--betas: expected two numbers as B1,B2, got '{}'", a.betas));
+  train::ReplayResult r = train::replay(c, params, b, o);
   io::File out;
   train::add_weights(out, params, c);
-  out.add_f32("losses", {b.N}, losses);
-  out.add_f32("grad_norms", {b.N}, norms);
+  out.add_f32("losses", {b.N}, r.losses);
+  out.add_f32("grad_norms", {b.N}, r.grad_norms);
   write_file(a.out, out);
-  fmt::print("{} steps of {}: loss {:.6f} -> {:.6f}; wrote {}\n", b.N, a.optimizer, losses.front(), losses.back(), a.out);
+  fmt::print("{} steps of {}: loss {:.6f} -> {:.6f}; wrote {}\n", b.N, a.optimizer, r.losses.front(), r.losses.back(),
+             a.out);
   return 0;
 }
 

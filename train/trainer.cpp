@@ -199,6 +199,7 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
   fmt::print(out, "plan: {} nodes, arena {:.1f} MiB (without reuse {:.1f} MiB); {} steps of batch {} with {} lr {}\n",
              runner.train_plan().order().size(), double(runner.train_plan().arena_bytes()) / (1 << 20),
              double(runner.train_plan().unshared_bytes()) / (1 << 20), o.steps, o.batch_size, o.optimizer, o.lr);
+  std::fflush(out);  // before the progress bar (stderr) starts
 
   std::vector<train::Series> curves(2);
   curves[0].name = "train";

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "tests/test_util.h"
+
 // tests/CMakeLists.txt defines GG_CLI_PATH; without it every test here fails, saying so.
 #ifndef GG_CLI_PATH
 #define GG_CLI_PATH ""
@@ -19,29 +21,13 @@
 
 namespace gg_cli_test {
 
+using gg::test::TempDir;
+using gg::test::read_all;
+using gg::test::golden;
+
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("gg_test_cli_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
-inline std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // Single-quotes `s` for /bin/sh.
 inline std::string quote(const std::string& s) {
@@ -86,6 +72,5 @@ inline Result run(const std::string& args) {
   return r;
 }
 
-inline std::string golden(const std::string& file) { return std::string(GG_SOURCE_DIR) + "/tests/golden/" + file; }
 
 }  // namespace gg_cli_test

@@ -1,6 +1,7 @@
 // Tests for train/checkpoint (bit-exact round trip, atomic write, refusals naming the file),
 // train/data (loading, encoding, batches of next-char targets) and train/sample
 // (deterministic, greedy with top_k = 1, prompt checked against the vocabulary).
+#include "tests/test_util.h"
 #include "train/checkpoint.h"
 
 #include <doctest/doctest.h>
@@ -28,25 +29,12 @@ using namespace gg;
 using train::InputError;
 namespace fs = std::filesystem;
 
-std::string golden(const std::string& file) { return std::string(GG_SOURCE_DIR) + "/tests/golden/" + file; }
+using gg::test::TempDir;
+using gg::test::golden;
+using gg::test::contains;
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// A fresh directory, removed with everything in it at the end of the scope.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("gg_test_checkpoint_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);

@@ -1,6 +1,7 @@
 // End-to-end tests of train/trainer: a tiny transformer learns a small repetitive text in a
 // few seconds, and --resume continues a run bit-exactly (same parameters, optimizer state
 // and data RNG as a run that was never interrupted).
+#include "tests/test_util.h"
 #include "train/trainer.h"
 
 #include <doctest/doctest.h>
@@ -22,27 +23,10 @@ namespace {
 using namespace gg;
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / ("gg_test_training_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using gg::test::TempDir;
+using gg::test::read_all;
 
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+
 
 // About 3.5 KB of text with a short repeating structure (16 distinct bytes): easy to learn.
 std::string write_pattern_text(const TempDir& dir) {

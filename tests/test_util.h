@@ -1,0 +1,48 @@
+// Helpers shared by the test executables: scratch directories, whole-file reads and the
+// path of a golden file. Header-only; every test executable may include it.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#ifndef GG_SOURCE_DIR
+#define GG_SOURCE_DIR "."
+#endif
+
+namespace gg::test {
+
+// A fresh directory, removed with everything in it at the end of the scope.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static int n = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("gg_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+inline std::string read_all(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+inline std::string golden(const std::string& file) { return std::string(GG_SOURCE_DIR) + "/tests/golden/" + file; }
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace gg::test
