@@ -36,6 +36,19 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
     last_use[std::size_t(o)] = INT_MAX;
     kept_[std::size_t(o)] = 1;
   }
+  // A reshape is a view: it shares its input's buffer (except a parameter's, which is
+  // rebound at each run), and that buffer lives as long as its last view is read.
+  std::vector<NodeId> root(N, -1);
+  for (NodeId id : order_) {
+    const Node& n = g.node(id);
+    root[std::size_t(id)] = id;
+    if (n.op == OpKind::reshape && g.node(n.inputs[0]).op != OpKind::param)
+      root[std::size_t(id)] = root[std::size_t(n.inputs[0])];
+  }
+  for (std::size_t s = order_.size(); s-- > 0;) {
+    const std::size_t id = std::size_t(order_[s]), r = std::size_t(root[id]);
+    if (r != id) last_use[r] = std::max({last_use[r], last_use[id], int(s)});
+  }
 
   // Offsets: first fit among the blocks still alive at each step.
   struct Block {
@@ -46,7 +59,7 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   std::vector<std::size_t> offset(N, 0);
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const Node& n = g.node(order_[s]);
-    if (bound_leaf(n.op)) continue;
+    if (bound_leaf(n.op) || root[std::size_t(order_[s])] != order_[s]) continue;
     std::erase_if(live, [&](const Block& b) { return b.last < int(s); });
     std::sort(live.begin(), live.end(), [](const Block& a, const Block& b) { return a.off < b.off; });
     const std::size_t size = round64(std::size_t(numel(n.shape)) * 4);
@@ -85,6 +98,8 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
       kept_[std::size_t(id)] = 1;
     } else if (n.op == OpKind::param) {
       kept_[std::size_t(id)] = 1;  // bound at each run
+    } else if (root[std::size_t(id)] != id) {
+      v.data = views_[std::size_t(root[std::size_t(id)])].data;  // a view: the reshape kernel copies nothing
     } else {
       v.data = base + offset[std::size_t(id)];
     }

@@ -308,3 +308,32 @@ TEST_CASE("constants, including i32 ones") {
   CHECK(ex.get(y).to_vector() == std::vector<float>{4.5f, 5.5f});
   CHECK(ex.value(s).f()[0] == 4.f);
 }
+
+TEST_CASE("a reshape is a view of its input's buffer, and keeps that buffer alive") {
+  Graph g;
+  NodeId x = op::input(g, "x", {2, 3});
+  NodeId w = op::param(g, "w", {6}, {});
+  NodeId a = op::exp(g, x);                   // a: (2, 3) in the arena
+  NodeId r = op::reshape(g, a, {6});          // r: a view of a
+  NodeId rx = op::reshape(g, x, {3, 2});      // a view of the input's storage
+  NodeId rw = op::reshape(g, w, {2, 3});      // a parameter's reshape is copied (rebound each run)
+  NodeId b = op::neg(g, x);                   // must not take a's buffer while r is still read
+  NodeId c = op::add(g, op::mul(g, r, op::reshape(g, b, {6})), w);
+  ParamStore ps;
+  ps.set("w", Tensor::f32({6}, std::vector<float>{1, 2, 3, 4, 5, 6}));
+  Executor ex(g, {c, rx, rw, r}, ps);
+  const std::vector<float> xs{0.1f, -0.2f, 0.3f, -0.4f, 0.5f, -0.6f};
+  ex.set_input("x", xs);
+  ex.run();
+  for (int i = 0; i < 6; ++i) {
+    INFO("i = " << i);
+    CHECK(ex.value(c).f()[i] == doctest::Approx(std::exp(xs[std::size_t(i)]) * -xs[std::size_t(i)] + float(i + 1)));
+    CHECK(ex.value(rx).f()[i] == xs[std::size_t(i)]);
+    CHECK(ex.value(rw).f()[i] == float(i + 1));
+  }
+  CHECK(ex.value(rx).data == ex.value(x).data);
+  CHECK(ex.value(r).f()[5] == doctest::Approx(std::exp(-0.6f)));
+  ps.at("w").f()[0] = 10.f;  // the store changes; the copied reshape follows at the next run
+  ex.run();
+  CHECK(ex.value(rw).f()[0] == 10.f);
+}
