@@ -9,9 +9,15 @@
 #include <climits>
 #include <cstring>
 
+#include <unistd.h>
+
 namespace gg {
 namespace {
 std::size_t round64(std::size_t b) { return (b + 63) / 64 * 64; }
+std::size_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : SIZE_MAX;
+}
 bool bound_leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k == OpKind::constant; }
 }  // namespace
 
@@ -73,6 +79,10 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
     arena_bytes_ = std::max(arena_bytes_, at + size);
     unshared_bytes_ += size;
   }
+  if (arena_bytes_ > physical_memory_bytes())
+    throw GraphError(fmt::format("the plan needs {:.1f} GiB for intermediate values, more than this machine's {:.1f} GiB "
+                                 "of memory (is the model or batch too large?)",
+                                 double(arena_bytes_) / (1 << 30), double(physical_memory_bytes()) / (1 << 30)));
   arena_.reset(aligned_alloc64(arena_bytes_));
   std::memset(arena_.get(), 0, std::max<std::size_t>(arena_bytes_, 1));
 

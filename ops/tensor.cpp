@@ -8,6 +8,8 @@
 #include <functional>
 #include <random>
 
+#include <unistd.h>
+
 namespace gg {
 
 void* aligned_alloc64(std::size_t bytes) {
@@ -61,6 +63,13 @@ const Tensor& ParamStore::at(const std::string& name) const {
 }
 
 void ParamStore::init_missing(const Graph& g, std::uint64_t seed) {
+  double bytes = 0;
+  for (const Node& n : g.nodes())
+    if (n.op == OpKind::param && !has(n.name)) bytes += double(numel(n.shape)) * 4;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0 && bytes > double(pages) * double(page))
+    throw GraphError(fmt::format("the parameters need {:.1f} GiB, more than this machine's {:.1f} GiB of memory",
+                                 bytes / double(1 << 30), double(pages) * double(page) / double(1 << 30)));
   for (const Node& n : g.nodes()) {
     if (n.op != OpKind::param || has(n.name)) continue;
     Tensor t(n.shape);
