@@ -104,6 +104,26 @@ Expr positional_encoding(Graph& g, std::int64_t max_len, std::int64_t d_model, L
   return constant(g, std::move(p), {max_len, d_model}, DType::f32, loc);
 }
 
+Expr patches(Expr images, std::int64_t p, Loc loc) {
+  Graph& g = *images.g;
+  UserSite site(g, loc);
+  if (images.rank() == 3) images = reshape(images, {images.dim(0), 1, images.dim(1), images.dim(2)}, loc);
+  if (images.rank() != 4)
+    fail_at_call(g, "patches", loc, fmt::format("images must be (B, H, W) or (B, C, H, W), got {}", to_string(images.shape())));
+  const std::int64_t B = images.dim(0), C = images.dim(1), H = images.dim(2), W = images.dim(3);
+  if (p < 1 || H % p != 0 || W % p != 0)
+    fail_at_call(g, "patches", loc, fmt::format("patch size {} does not divide the image size {}x{} of {}", p, H, W,
+                                                to_string(images.shape())));
+  Expr x = reshape(images, {B, C, H / p, p, W / p, p}, loc);      // x: (B, C, H/p, p, W/p, p)
+  x = permute(x, {0, 2, 4, 1, 3, 5}, loc);                         // x: (B, H/p, W/p, C, p, p)
+  return reshape(x, {B, (H / p) * (W / p), C * p * p}, loc);       // (B, N, C p p)
+}
+
+Expr patch_embedding(Expr images, std::int64_t p, std::int64_t d_model, const std::string& name, Loc loc) {
+  UserSite site(*images.g, loc);
+  return linear(patches(images, p, loc), d_model, name, true, {}, loc);
+}
+
 Expr causal_mask(Graph& g, std::int64_t T, Loc loc) {
   UserSite site(g, loc);
   std::vector<float> m(static_cast<std::size_t>(T * T));

@@ -37,6 +37,14 @@ Expr embedding(Expr index, std::int64_t num, std::int64_t dim, const std::string
 // w_k = exp(-(2k) ln(10000) / d_model). A constant (no parameter).
 Expr positional_encoding(Graph& g, std::int64_t max_len, std::int64_t d_model, Loc loc = Loc::current());
 
+// Image patches as a sequence: images (B, C, H, W) (or (B, H, W), one channel) cut into
+// non-overlapping p x p patches, row by row -> (B, (H/p)(W/p), C p p), each patch's
+// values ordered channel, row, column. H and W must be multiples of p.
+Expr patches(Expr images, std::int64_t p, Loc loc = Loc::current());
+// patches() followed by linear(..., d_model, name): the ViT input, (B, N, d_model).
+Expr patch_embedding(Expr images, std::int64_t p, std::int64_t d_model, const std::string& name,
+                     Loc loc = Loc::current());
+
 // Masks hold 1 where attention is allowed and 0 where it is not.
 // causal_mask: (T, T), 1 where key <= query.
 Expr causal_mask(Graph& g, std::int64_t T, Loc loc = Loc::current());

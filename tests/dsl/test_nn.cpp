@@ -560,3 +560,50 @@ TEST_CASE("multi_head_attention with n_embd not divisible by n_head is refused a
   CHECK(contains(msg, "6"));
   CHECK(contains(msg, "4"));
 }
+
+// ---- image patches (the tutorial's extension to images) --------------------------------
+
+TEST_CASE("patches: (B, C, H, W) images become (B, N, C p p) patch rows, in reading order") {
+  Graph g;
+  Expr img = input(g, "img", {2, 3, 4, 6});  // B 2, C 3, H 4, W 6; p 2 -> 2 x 3 = 6 patches of 12 values
+  Expr pt = patches(img, 2);
+  CHECK(pt.shape() == Shape{2, 6, 12});
+  std::vector<float> v(2 * 3 * 4 * 6);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = float(i);
+  ParamStore ps;
+  Tensor out = run(g, {pt}, ps, {{"img", Tensor::f32({2, 3, 4, 6}, v)}})[0];
+  // Patch n = (pr, pc) of image b holds img[b, c, pr*2 + i, pc*2 + j] at c*4 + i*2 + j.
+  for (int b = 0; b < 2; ++b)
+    for (int pr = 0; pr < 2; ++pr)
+      for (int pc = 0; pc < 3; ++pc)
+        for (int c = 0; c < 3; ++c)
+          for (int i = 0; i < 2; ++i)
+            for (int j = 0; j < 2; ++j) {
+              const int n = pr * 3 + pc, k = c * 4 + i * 2 + j;
+              const float want = v[std::size_t(((b * 3 + c) * 4 + pr * 2 + i) * 6 + pc * 2 + j)];
+              CHECK(out.f()[(b * 6 + n) * 12 + k] == want);
+            }
+}
+
+TEST_CASE("gradcheck: patch_embedding of one-channel images, and a bad patch size is refused at the user's line") {
+  Graph g;
+  Expr img = input(g, "img", {2, 4, 4});
+  Expr y = patch_embedding(img, 2, 5, "patch");  // (2, 4, 5)
+  CHECK(y.shape() == Shape{2, 4, 5});
+  ParamStore ps;
+  randomize(g, ps);
+  check_grads(g, weighted_sum(tanh(y)), ps, {{"img", tensor({2, 4, 4}, -1, 1, 8)}}, {img});
+
+  Graph g2;
+  Expr bad = input(g2, "img", {2, 5, 4});
+  const int line = __LINE__ + 2;
+  try {
+    patches(bad, 2);
+    FAIL("no error");
+  } catch (const GraphError& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(contains(m, "patches at test_nn.cpp:" + std::to_string(line)));
+    CHECK(contains(m, "patch size 2 does not divide the image size 5x4"));
+  }
+}
