@@ -19,7 +19,12 @@ std::string sample_text(const dsl::GptConfig& c, ParamStore& params, const std::
   if (o.tokens < 0) throw InputError(fmt::format("--tokens must be >= 0, got {}", o.tokens));
   CharData d;
   d.vocab = vocab;
-  std::vector<std::int32_t> ids = d.encode(o.prompt);
+  std::vector<std::int32_t> ids;
+  try {
+    ids = d.encode(o.prompt);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("--prompt: {}", e.what()));
+  }
   if (ids.empty()) ids.push_back(0);
   const std::int64_t T = c.block_size, V = c.vocab_size;
   Graph g;
