@@ -1,21 +1,74 @@
 // The thread pool behind parallel_for: N-1 workers plus the calling thread, each job
 // split into one contiguous chunk per thread so results do not depend on timing.
+//
+// Workers are pinned to CPUs other than the caller's (Linux). Without that, the kernel here
+// (a 2-vCPU VM) woke the worker on the caller's CPU and never moved it: both halves of every
+// job time-shared one CPU and 2 threads ran no faster than 1. The caller is not pinned; if
+// it turns up on a worker's CPU, the workers are re-pinned around it.
+//
+// Hand-offs spin briefly before blocking. A worker that just finished a job polls for the
+// next one for a short while, and the caller polls for the workers to finish, before either
+// sleeps on a condition variable. Sleeping is what makes a pool slow on small machines and
+// VMs: a wake-up costs tens of microseconds (an IPI; a halted vCPU is rescheduled by the
+// host), and the scheduler tends to put the woken worker on the waker's own CPU, where the
+// two time-share for milliseconds until the load balancer moves one. A spinning worker is
+// still running on its own CPU when the next job arrives. Which thread runs which chunk
+// never depends on timing; only how long the hand-off takes does.
 #include "ops/parallel.h"
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#ifdef __linux__
+#include <pthread.h>
+#include <sched.h>
+#endif
+
 namespace gg {
 namespace {
 
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Polls ready() for up to `spin` before giving up; true if it became ready.
+template <class Ready>
+bool spin_until(Ready ready, std::chrono::microseconds spin) {
+  if (ready()) return true;
+  if (spin.count() <= 0) return false;
+  const auto deadline = std::chrono::steady_clock::now() + spin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {  // ~64 pauses between clock reads
+      if (ready()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return ready();
+  }
+}
+
+// How long a hand-off polls before sleeping (GG_SPIN_US overrides; 0 = always sleep).
+std::chrono::microseconds spin_time() {
+  long us = 200;
+  if (const char* s = std::getenv("GG_SPIN_US")) us = std::max(0L, std::atol(s));
+  return std::chrono::microseconds(us);
+}
+
 class Pool {
  public:
-  explicit Pool(int n) { resize(n); }
+  explicit Pool(int n) : spin_(spin_time()) { resize(n); }
   ~Pool() { stop_workers(); }
 
   int size() const { return size_; }
@@ -25,68 +78,111 @@ class Pool {
     if (n == size_) return;
     stop_workers();
     size_ = n;
-    stopping_ = false;
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { work(i); });
+    stopping_.store(false);
+    const std::uint64_t start = generation_.load();
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, start] { work(i, start); });
+    pinned_for_ = -2;
+    pin_workers();
   }
 
   // Runs job(t) for t in [0, size) with thread t == 0 being the caller.
   void run(const std::function<void(int)>& job) {
+    pin_workers();
+    job_.store(&job, std::memory_order_relaxed);
+    pending_.store(size_ - 1, std::memory_order_relaxed);
+    bool wake;
     {
+      // Under mu_, so a worker that is about to sleep either sees the new generation or is
+      // counted in sleepers_ (no lost wake-up). Spinning workers see it without the lock.
       std::lock_guard<std::mutex> lk(mu_);
-      job_ = &job;
-      pending_ = size_ - 1;
-      ++generation_;
+      generation_.fetch_add(1, std::memory_order_release);
+      wake = sleepers_ > 0;
     }
-    cv_.notify_all();
+    if (wake) cv_.notify_all();
     in_worker = true;
     job(0);
     in_worker = false;
-    std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.wait(lk, [this] { return pending_ == 0; });
-    job_ = nullptr;
+    auto done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+    if (!spin_until(done, spin_)) {
+      std::unique_lock<std::mutex> lk(mu_);
+      done_cv_.wait(lk, done);
+    }
+    job_.store(nullptr, std::memory_order_relaxed);
   }
 
   static thread_local bool in_worker;
 
  private:
-  void work(int index) {
+  void work(int index, std::uint64_t seen) {
     in_worker = true;
-    std::uint64_t seen = 0;
     for (;;) {
-      const std::function<void(int)>* job;
-      {
+      auto ready = [&] {
+        return stopping_.load(std::memory_order_acquire) ||
+               generation_.load(std::memory_order_acquire) != seen;
+      };
+      if (!spin_until(ready, spin_)) {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return stopping_ || generation_ != seen; });
-        if (stopping_) return;
-        seen = generation_;
-        job = job_;
+        ++sleepers_;
+        cv_.wait(lk, ready);
+        --sleepers_;
       }
-      (*job)(index);
-      {
+      if (stopping_.load(std::memory_order_acquire)) return;
+      seen = generation_.load(std::memory_order_acquire);
+      (*job_.load(std::memory_order_relaxed))(index);
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        // The caller may be asleep on done_cv_; taking mu_ orders this notify after its
+        // check of pending_ (no lost wake-up). Cheap when nobody waits.
         std::lock_guard<std::mutex> lk(mu_);
-        if (--pending_ == 0) done_cv_.notify_one();
+        done_cv_.notify_one();
       }
     }
+  }
+
+  // Pins worker i to the i-th allowed CPU other than the one the caller is running on, when
+  // there are enough CPUs; re-pins only when the caller has moved since the last time.
+  void pin_workers() {
+#ifdef __linux__
+    if (workers_.empty()) return;
+    const int here = sched_getcpu();
+    if (here == pinned_for_) return;
+    pinned_for_ = here;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (here < 0 || sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (c != here && CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    if (cpus.size() < workers_.size()) return;  // more threads than CPUs: let the kernel place them
+    for (std::size_t i = 0; i < workers_.size(); ++i) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpus[i], &one);
+      pthread_setaffinity_np(workers_[i].native_handle(), sizeof one, &one);
+    }
+#endif
   }
 
   void stop_workers() {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      stopping_ = true;
+      stopping_.store(true, std::memory_order_release);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
   }
 
+  const std::chrono::microseconds spin_;
   int size_ = 0;
+  int pinned_for_ = -2;  // the caller's CPU the workers were last pinned around
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
-  const std::function<void(int)>* job_ = nullptr;
-  int pending_ = 0;
-  std::uint64_t generation_ = 0;
-  bool stopping_ = false;
+  int sleepers_ = 0;  // workers blocked (or about to block) on cv_; guarded by mu_
+  std::atomic<const std::function<void(int)>*> job_{nullptr};
+  std::atomic<int> pending_{0};
+  std::atomic<std::uint64_t> generation_{0};
+  std::atomic<bool> stopping_{false};
 };
 
 thread_local bool Pool::in_worker = false;

@@ -170,3 +170,32 @@ TEST_CASE("gemm called from inside parallel_for runs serially and correctly") {
   CHECK(worst <= 1e-6f * float(K));
   gg::set_num_threads(saved);
 }
+
+TEST_CASE("gemm gives bit-identical results on 1, 2 and 3 threads, call after call") {
+  // Threads split C into disjoint stripes and every element is summed in the same order,
+  // so the thread count (and the pool's spin/sleep hand-offs) must not change a single bit.
+  // Many back-to-back calls, with thread-count changes in between, also stress the pool.
+  const int saved = gg::num_threads();
+  const i64 M = 200, N = 130, K = 300;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> A(std::size_t(M * K)), B(std::size_t(K * N));
+  for (auto& x : A) x = u(rng);
+  for (auto& x : B) x = u(rng);
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    const i64 lda = ta ? M : K, ldb = tb ? K : N;
+    gg::set_num_threads(1);
+    std::vector<float> want(std::size_t(M * N));
+    gg::gemm(ta, tb, M, N, K, 1.f, A.data(), lda, B.data(), ldb, 0.f, want.data(), N);
+    int mismatched_calls = 0;
+    for (int rep = 0; rep < 60; ++rep) {
+      gg::set_num_threads(1 + rep % 3);
+      std::vector<float> C(std::size_t(M * N), -1.f);
+      gg::gemm(ta, tb, M, N, K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), N);
+      if (C != want) ++mismatched_calls;
+    }
+    CHECK(mismatched_calls == 0);
+  }
+  gg::set_num_threads(saved);
+}
