@@ -129,42 +129,30 @@ bool Executor::has_input(const std::string& name) const {
   return false;
 }
 
-void Executor::set_input(const std::string& name, const Tensor& t) {
+void Executor::feed(const std::string& name, const void* data, std::int64_t count, DType dtype, const Shape* shape) {
   for (NodeId id : order_) {
     const Node& n = g_.node(id);
     if (n.op != OpKind::input || n.name != name) continue;
-    if (t.shape() != n.shape || t.dtype() != n.dtype)
-      throw GraphError(fmt::format("input '{}' declared at {} as {}{} was fed {}{}", name, site_string(n.loc),
-                                   to_string(n.dtype), to_string(n.shape), to_string(t.dtype()), to_string(t.shape())));
-    std::memcpy(inputs_[std::size_t(id)].data(), t.data(), std::size_t(t.numel()) * 4);
+    if ((shape ? *shape != n.shape : count != numel(n.shape)) || dtype != n.dtype)
+      throw GraphError(fmt::format("input '{}' declared at {} as {}{} was fed {}", name, site_string(n.loc),
+                                   to_string(n.dtype), to_string(n.shape),
+                                   shape ? fmt::format("{}{}", to_string(dtype), to_string(*shape))
+                                         : fmt::format("{} {} values", count, to_string(dtype))));
+    std::memcpy(inputs_[std::size_t(id)].data(), data, std::size_t(count) * 4);
     input_fed_[std::size_t(id)] = 1;
     return;
   }
   throw GraphError(fmt::format("no input named '{}' in this plan", name));
 }
 
-void Executor::set_input(const std::string& name, std::span<const float> values) {
-  for (NodeId id : order_)
-    if (g_.node(id).op == OpKind::input && g_.node(id).name == name) {
-      const Node& n = g_.node(id);
-      if (std::int64_t(values.size()) != numel(n.shape) || n.dtype != DType::f32)
-        throw GraphError(fmt::format("input '{}' is {}{}, was fed {} f32 values", name, to_string(n.dtype),
-                                     to_string(n.shape), values.size()));
-      return set_input(name, Tensor::f32(n.shape, values));
-    }
-  throw GraphError(fmt::format("no input named '{}' in this plan", name));
+void Executor::set_input(const std::string& name, const Tensor& t) {
+  feed(name, t.data(), t.numel(), t.dtype(), &t.shape());
 }
-
+void Executor::set_input(const std::string& name, std::span<const float> values) {
+  feed(name, values.data(), std::int64_t(values.size()), DType::f32, nullptr);
+}
 void Executor::set_input(const std::string& name, std::span<const std::int32_t> values) {
-  for (NodeId id : order_)
-    if (g_.node(id).op == OpKind::input && g_.node(id).name == name) {
-      const Node& n = g_.node(id);
-      if (std::int64_t(values.size()) != numel(n.shape) || n.dtype != DType::i32)
-        throw GraphError(fmt::format("input '{}' is {}{}, was fed {} i32 values", name, to_string(n.dtype),
-                                     to_string(n.shape), values.size()));
-      return set_input(name, Tensor::i32(n.shape, values));
-    }
-  throw GraphError(fmt::format("no input named '{}' in this plan", name));
+  feed(name, values.data(), std::int64_t(values.size()), DType::i32, nullptr);
 }
 
 void Executor::run() {

@@ -50,6 +50,9 @@ class Executor {
   std::string profile_report() const;
 
  private:
+  // Copies `count` values of `dtype` (with `shape`, if given) into the input named `name`.
+  void feed(const std::string& name, const void* data, std::int64_t count, DType dtype, const Shape* shape);
+
   struct Step {
     NodeId id;
     void (*kernel)(const KernelArgs&);

@@ -101,20 +101,21 @@ StepRunner::StepRunner(const dsl::GptConfig& c, std::int64_t B, std::int64_t T, 
   eval_ = std::make_unique<Executor>(eval_g_, std::vector<NodeId>{eval_m_.loss.id}, store_, seed);
 }
 
+// Feeds one (B, T) batch to `ex` and runs it; returns its loss.
+static double run_batch(Executor& ex, NodeId loss, std::size_t n, const std::int32_t* tokens,
+                        const std::int32_t* targets) {
+  ex.set_input("tokens", std::span<const std::int32_t>(tokens, n));
+  ex.set_input("targets", std::span<const std::int32_t>(targets, n));
+  ex.run();
+  return ex.scalar(loss);
+}
+
 double StepRunner::forward_backward(const std::int32_t* tokens, const std::int32_t* targets) {
-  const std::size_t n = std::size_t(numel(m_.tokens.shape()));
-  train_->set_input("tokens", std::span<const std::int32_t>(tokens, n));
-  train_->set_input("targets", std::span<const std::int32_t>(targets, n));
-  train_->run();
-  return train_->scalar(m_.loss.id);
+  return run_batch(*train_, m_.loss.id, std::size_t(numel(m_.tokens.shape())), tokens, targets);
 }
 
 double StepRunner::loss(const std::int32_t* tokens, const std::int32_t* targets) {
-  const std::size_t n = std::size_t(numel(m_.tokens.shape()));
-  eval_->set_input("tokens", std::span<const std::int32_t>(tokens, n));
-  eval_->set_input("targets", std::span<const std::int32_t>(targets, n));
-  eval_->run();
-  return eval_->scalar(eval_m_.loss.id);
+  return run_batch(*eval_, eval_m_.loss.id, std::size_t(numel(eval_m_.tokens.shape())), tokens, targets);
 }
 
 std::vector<ParamGrad> StepRunner::grads() {
