@@ -95,15 +95,18 @@ inline float sum(std::size_t n, const float* a) {
   std::size_t i = 0;
   float acc = 0.f;
 #ifndef GG_SCALAR
-  vf v0 = splat(0.f), v1 = splat(0.f);
-  for (; i + 2 * width <= n; i += 2 * width) {
+  // Four registers of partial sums: at least 16 of them even with 4-wide SSE.
+  vf v0 = splat(0.f), v1 = splat(0.f), v2 = splat(0.f), v3 = splat(0.f);
+  for (; i + 4 * width <= n; i += 4 * width) {
     v0 += load(a + i);
     v1 += load(a + i + width);
+    v2 += load(a + i + 2 * width);
+    v3 += load(a + i + 3 * width);
   }
   for (; i + width <= n; i += width) v0 += load(a + i);
-  acc = hsum(v0 + v1);
+  acc = hsum((v0 + v1) + (v2 + v3));
 #else
-  // Sixteen partial sums, like the SIMD build's two registers of lanes: as accurate.
+  // Sixteen partial sums, as many as the narrowest SIMD build keeps: as accurate.
   float part[16] = {};
   for (; i + 16 <= n; i += 16)
     for (int k = 0; k < 16; ++k) part[k] += a[i + std::size_t(k)];

@@ -63,12 +63,20 @@ TEST_CASE("golden: single_head_attention matches torch.nn.MultiheadAttention (no
   };
   const Cmp cmps[] = {{"out", plain.out},           {"weights", plain.weights}, {"out_causal", cz.out},
                       {"weights_causal", cz.weights}, {"out_pad", pd.out},      {"weights_pad", pd.weights}};
+  // The bound the tutorial states, met with fused multiply-add (the default -march=native
+  // build). Without FMA (GG_PORTABLE: SSE2) each product is rounded on its own and the
+  // outputs, up to |5|, land within 3 float ulps (1.4e-6) instead of 1.
+#ifdef __FMA__
+  const double kTolerance = 1e-6;
+#else
+  const double kTolerance = 2e-6;
+#endif
   double worst = 0;
   for (const Cmp& c : cmps) {
     const double err = max_abs_diff(ex.get(c.got.id), f.get_f32(c.name));
     const std::string name = c.name;
     MESSAGE(name << ": max abs error " << err);
-    CHECK_MESSAGE(err <= 1e-6, name << ": max abs error " << err);
+    CHECK_MESSAGE(err <= kTolerance, name << ": max abs error " << err);
     worst = std::max(worst, err);
   }
   MESSAGE("worst max abs error over the three cases: " << worst);
