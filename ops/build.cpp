@@ -33,12 +33,14 @@ NodeId input(Graph& g, const std::string& name, Shape shape, DType dtype, Loc lo
 }
 
 NodeId param(Graph& g, const std::string& name, Shape shape, Init init, Loc loc) {
+  // A name declared again with the same shape is the same parameter (e.g. tied weights);
+  // with another shape, the param rule refuses it.
   NodeId prev = g.find(g.scoped(name), OpKind::param);
+  if (prev >= 0 && g.node(prev).shape == shape) return prev;
   Attrs at;
   at.dims = std::move(shape);
   at.init = init;
-  NodeId id = g.add(OpKind::param, {}, at, g.scoped(name), loc);  // checks a re-declaration's shape
-  return prev >= 0 ? prev : id;
+  return g.add(OpKind::param, {}, at, g.scoped(name), loc);
 }
 
 NodeId constant(Graph& g, std::vector<float> values, Shape shape, DType dtype, Loc loc) {

@@ -1,0 +1,102 @@
+// Tests for dsl/expr.cpp: operators with tensors and scalars on either side, the user's
+// line captured through operators (the Operand conversion), leaves, reductions over all
+// axes, transpose, params() and grad() on Exprs.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "dsl/expr.h"
+#include "ops/executor.h"
+
+using namespace gg;
+using namespace gg::dsl;
+
+namespace {
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::vector<float> eval(Graph& g, Expr e, const std::vector<float>& x) {
+  ParamStore ps;
+  Executor ex(g, {e.id}, ps);
+  ex.set_input("x", x);
+  ex.run();
+  return ex.get(e.id).to_vector();
+}
+}  // namespace
+
+TEST_CASE("operators combine tensors and scalars on either side") {
+  Graph g;
+  Expr x = input(g, "x", {3});
+  const std::vector<float> xs{1.f, 2.f, 4.f};
+  CHECK(eval(g, x + 1.f, xs) == std::vector<float>{2.f, 3.f, 5.f});
+  CHECK(eval(g, 1.f - x, xs) == std::vector<float>{0.f, -1.f, -3.f});
+  CHECK(eval(g, x * 2, xs) == std::vector<float>{2.f, 4.f, 8.f});
+  CHECK(eval(g, 8.f / x, xs) == std::vector<float>{8.f, 4.f, 2.f});
+  CHECK(eval(g, x / 2.0, xs) == std::vector<float>{0.5f, 1.f, 2.f});
+  CHECK(eval(g, -x, xs) == std::vector<float>{-1.f, -2.f, -4.f});
+  CHECK(eval(g, x * x - x, xs) == std::vector<float>{0.f, 2.f, 12.f});
+}
+
+TEST_CASE("an operator's shape error names the line where the user wrote the expression") {
+  Graph g;
+  Expr a = input(g, "a", {2, 4});
+  Expr b = input(g, "b", {3});
+  const int line = __LINE__ + 2;
+  try {
+    Expr c = a + b;
+    (void)c;
+    FAIL("no error");
+  } catch (const GraphError& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(contains(m, "add at test_expr.cpp:" + std::to_string(line)));
+    CHECK(contains(m, "(2, 4) ('a') vs (3,) ('b')"));
+    CHECK(contains(m, "dim -1: 4 vs 3"));
+  }
+}
+
+TEST_CASE("reductions over all axes, mean, transpose") {
+  Graph g;
+  Expr x = input(g, "x", {2, 3});
+  const std::vector<float> xs{1, 2, 3, 4, 5, 6};
+  CHECK(sum_all(x).shape().empty());
+  CHECK(eval(g, sum_all(x), xs) == std::vector<float>{21.f});
+  CHECK(eval(g, mean_all(x), xs)[0] == doctest::Approx(3.5f));
+  CHECK(eval(g, mean(x, 1), xs) == std::vector<float>{2.f, 5.f});
+  CHECK(mean(x, 0, true).shape() == Shape{1, 3});
+  Expr t = transpose(x);
+  CHECK(t.shape() == Shape{3, 2});
+  CHECK(eval(g, t, xs) == std::vector<float>{1, 4, 2, 5, 3, 6});
+  CHECK(x.dim(-1) == 3);
+  CHECK_THROWS_AS(x.dim(2), GraphError);
+}
+
+TEST_CASE("param() is declared once per name; params() lists each; grad() works on Exprs") {
+  Graph g;
+  Expr x = input(g, "x", {3});
+  Expr w = param(g, "w", {3}, ones_init());
+  Expr w_again = param(g, "w", {3}, ones_init());
+  CHECK(w_again.id == w.id);
+  CHECK_THROWS_AS(param(g, "w", {4}, ones_init()), GraphError);
+  Expr v;
+  {
+    Scope s(g, "layer");
+    v = param(g, "v", {3}, zeros_init());
+  }
+  CHECK(v.name() == "layer.v");
+  std::vector<Expr> ps = params(g);
+  REQUIRE(ps.size() == 2);
+  CHECK(ps[0].name() == "w");
+  CHECK(ps[1].name() == "layer.v");
+  Expr loss = sum_all(x * w * w + v);
+  std::vector<Expr> gs = grad(loss, ps);
+  CHECK(gs[0].name() == "grad(w)");
+  ParamStore store;
+  store.init_missing(g, 0);
+  store.at("w") = Tensor::f32({3}, std::vector<float>{1, 2, 3});
+  Executor ex(g, {gs[0].id, gs[1].id}, store);
+  ex.set_input("x", std::vector<float>{1, 1, 2});
+  ex.run();
+  CHECK(ex.get(gs[0].id).to_vector() == std::vector<float>{2, 4, 12});  // d/dw x w^2 = 2 x w
+  CHECK(ex.get(gs[1].id).to_vector() == std::vector<float>{1, 1, 1});
+}
