@@ -3,6 +3,8 @@
 // "gradgraph: error: ...", naming the thing, with a non-zero exit status.
 #include <doctest/doctest.h>
 
+#include "tests/test_util.h"
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -16,7 +18,7 @@ using namespace gg_cli_test;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using gg::test::contains;
 
 // A refusal: non-zero exit, one line on stderr starting "gradgraph: error:" and naming
 // each of `names`.

@@ -3,6 +3,8 @@
 // axes, transpose, params() and grad() on Exprs.
 #include <doctest/doctest.h>
 
+#include "tests/test_util.h"
+
 #include <string>
 #include <vector>
 
@@ -13,7 +15,7 @@ using namespace gg;
 using namespace gg::dsl;
 
 namespace {
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using gg::test::contains;
 
 std::vector<float> eval(Graph& g, Expr e, const std::vector<float>& x) {
   ParamStore ps;

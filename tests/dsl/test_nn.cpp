@@ -3,6 +3,8 @@
 // formulas, masks onto 3-D and 4-D scores, and shape errors reported at the user's line.
 #include <doctest/doctest.h>
 
+#include "tests/test_util.h"
+
 #include <cmath>
 #include <map>
 #include <numbers>
@@ -84,7 +86,7 @@ std::vector<Tensor> run(Graph& g, std::vector<Expr> outs, ParamStore& ps, const 
   return r;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using gg::test::contains;
 
 }  // namespace
 

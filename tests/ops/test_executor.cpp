@@ -4,6 +4,8 @@
 // plans holding only what the outputs need, the random op and i32 constants.
 #include <doctest/doctest.h>
 
+#include "tests/test_util.h"
+
 #include <cmath>
 #include <cstdint>
 #include <set>
@@ -17,7 +19,7 @@ using namespace gg;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using gg::test::contains;
 
 // The message of the GraphError that `f` throws ("" and a failed check if none).
 template <class F>

@@ -4,6 +4,8 @@
 // Shape errors live in test_shape_errors.cpp; values in the per-family kernel tests.
 #include <doctest/doctest.h>
 
+#include "tests/test_util.h"
+
 #include <algorithm>
 #include <source_location>
 #include <sstream>
@@ -25,7 +27,7 @@ std::vector<std::string> lines_of(const std::string& s) {
   return out;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using gg::test::contains;
 
 std::size_t count_of(const std::string& s, const std::string& part) {
   std::size_t n = 0;

@@ -3,6 +3,8 @@
 // the test; and an index out of range at run time is a GraphError naming the index.
 #include <doctest/doctest.h>
 
+#include "tests/test_util.h"
+
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -31,7 +33,7 @@ std::vector<std::int32_t> random_index(std::int64_t n, std::int32_t size, std::u
   return v;
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using gg::test::contains;
 
 }  // namespace
 

@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/test_util.h"
+
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -31,7 +33,7 @@ std::string config_error(const std::string& text) {
   return "";
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using gg::test::contains;
 
 std::string options_error(const std::string& text) {
   try {

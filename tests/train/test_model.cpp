@@ -5,6 +5,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/test_util.h"
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,7 +20,7 @@ using train::InputError;
 
 std::string golden(const std::string& file) { return std::string(GG_SOURCE_DIR) + "/tests/golden/" + file; }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using gg::test::contains;
 
 dsl::GptConfig basic_config() { return train::load_config(golden("ref_basic.config.json")); }
 
