@@ -25,10 +25,6 @@ using gg::train::InputError;
 
 namespace {
 
-io::File read_file(const std::string& path) { return io::read_safetensors(path); }
-
-void write_file(const std::string& path, const io::File& f) { io::write_safetensors(path, f); }
-
 std::string read_text(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw InputError(fmt::format("{}: cannot open", path));
@@ -45,8 +41,8 @@ struct GradCmd {
 int run_grad(const GradCmd& a) {
   dsl::GptConfig c = train::load_config(a.config);
   ParamStore params;
-  train::load_weights(params, read_file(a.weights), c);
-  train::Batches b = train::read_batches(read_file(a.batch), c, /*stacked=*/false);
+  train::load_weights(params, io::read_safetensors(a.weights), c);
+  train::Batches b = train::read_batches(io::read_safetensors(a.batch), c, /*stacked=*/false);
   train::StepRunner r(c, b.B, b.T, params);
   const double loss = r.forward_backward(b.tokens_at(0), b.targets_at(0));
   io::File out;
@@ -55,7 +51,7 @@ int run_grad(const GradCmd& a) {
   out.add_f32("logits", *lg.shape, std::vector<float>(lg.f(), lg.f() + lg.numel()));
   for (const ParamGrad& pg : r.grads())
     out.add_f32("grad." + pg.name, pg.param->shape(), std::vector<float>(pg.grad, pg.grad + pg.param->numel()));
-  write_file(a.out, out);
+  io::write_safetensors(a.out, out);
   fmt::print("loss {:.6f}; wrote {} ({} gradients)\n", loss, a.out, r.grads().size());
   return 0;
 }
@@ -69,8 +65,8 @@ struct ReplayCmd {
 int run_replay(const ReplayCmd& a) {
   dsl::GptConfig c = train::load_config(a.config);
   ParamStore params;
-  train::load_weights(params, read_file(a.weights), c);
-  train::Batches b = train::read_batches(read_file(a.batches), c, /*stacked=*/true);
+  train::load_weights(params, io::read_safetensors(a.weights), c);
+  train::Batches b = train::read_batches(io::read_safetensors(a.batches), c, /*stacked=*/true);
   train::ReplayOptions o{a.optimizer, a.lr, a.momentum, 0, 0, a.eps, a.weight_decay, a.clip};
   char comma = 0;
   std::istringstream bs(a.betas);
@@ -81,7 +77,7 @@ int run_replay(const ReplayCmd& a) {
   train::add_weights(out, params, c);
   out.add_f32("losses", {b.N}, r.losses);
   out.add_f32("grad_norms", {b.N}, r.grad_norms);
-  write_file(a.out, out);
+  io::write_safetensors(a.out, out);
   fmt::print("{} steps of {}: loss {:.6f} -> {:.6f}; wrote {}\n", b.N, a.optimizer, r.losses.front(), r.losses.back(),
              a.out);
   return 0;

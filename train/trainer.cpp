@@ -201,6 +201,14 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
              double(runner.train_plan().unshared_bytes()) / (1 << 20), o.steps, o.batch_size, o.optimizer, o.lr);
   std::fflush(out);  // before the progress bar (stderr) starts
 
+  // The checkpoint after `step` optimizer steps: weights, optimizer state, both RNGs.
+  auto save_at = [&](std::int64_t step) {
+    Checkpoint ck{cfg, data.vocab, params, o.optimizer, optim->state(), step, "", o.to_json()};
+    std::ostringstream rs;
+    rs << rng << ' ' << runner.dropout_rng();
+    ck.rng_state = rs.str();
+    save_checkpoint(ck_path, ck);
+  };
   std::vector<train::Series> curves(2);
   curves[0].name = "train";
   curves[1].name = "val";
@@ -234,11 +242,7 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
       } else {
         progress.message(line);
       }
-      Checkpoint ck{cfg, data.vocab, params, o.optimizer, optim->state(), step + 1, "", o.to_json()};
-      std::ostringstream rs;
-      rs << rng << ' ' << runner.dropout_rng();
-      ck.rng_state = rs.str();
-      save_checkpoint(ck_path, ck);
+      save_at(step + 1);
     }
   }
   progress.finish();
@@ -249,11 +253,7 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
   curves[1].x.push_back(double(o.steps));
   curves[1].y.push_back(res.final_val_loss);
 
-  Checkpoint ck{cfg, data.vocab, params, o.optimizer, optim->state(), o.steps, "", o.to_json()};
-  std::ostringstream rs;
-  rs << rng << ' ' << runner.dropout_rng();
-  ck.rng_state = rs.str();
-  save_checkpoint(ck_path, ck);
+  save_at(o.steps);
   write_csv(o.out_dir + "/loss.csv", curves);
   write_svg(o.out_dir + "/loss.svg", fmt::format("{} on {}", "gradgraph char transformer", data_path), "step",
             "loss", curves);
