@@ -12,26 +12,27 @@
 
 #include "autodiff/optim.h"
 #include "ops/parallel.h"
-#include "train/model.h"
+#include "models/gpt.h"
 
 using namespace gg;
 
 int main(int argc, char** argv) {
   const int steps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 20;
-  dsl::GptConfig c;  // the main job's model: 4 layers, 4 heads, 128 wide, block 64, vocab 65
+  models::GptConfig c;  // the main job's model: 4 layers, 4 heads, 128 wide, block 64, vocab 65
   const std::int64_t B = 12, T = c.block_size;
-  ParamStore params;
-  train::StepRunner r(c, B, T, params);
-  params.init_missing(r.graph(), 1);
+  train::Model r = models::gpt_model(c);
   AdamW opt({0.9, 0.99, 1e-8, 0.1});
   std::mt19937_64 rng(0);
   std::vector<std::int32_t> x(std::size_t(B * T)), y(std::size_t(B * T));
   for (auto& v : x) v = std::int32_t(rng() % std::uint64_t(c.vocab_size));
   for (auto& v : y) v = std::int32_t(rng() % std::uint64_t(c.vocab_size));
+  const train::Batch batch{{"tokens", Tensor::i32({B, T}, x)}, {"targets", Tensor::i32({B, T}, y)}};
+  r.declare(batch);
+  r.init_params(1);
   std::vector<double> ms;
   for (int i = 0; i < steps + 3; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    r.forward_backward(x.data(), y.data());
+    r.forward_backward(batch);
     auto pg = r.grads();
     clip_grad_norm(pg, 1.0);
     opt.step(pg, 1e-3);
@@ -72,9 +73,9 @@ int main(int argc, char** argv) {
     fmt::print("  pytorch    unavailable (needs /usr/bin/python3 with python3-torch)\n");
   }
   // Where gradgraph's time goes.
-  Executor& plan = const_cast<Executor&>(r.train_plan());
+  Executor& plan = r.last_train_plan();
   plan.set_profile(true);
-  for (int i = 0; i < steps; ++i) r.forward_backward(x.data(), y.data());
+  for (int i = 0; i < steps; ++i) r.forward_backward(batch);
   fmt::print("\nper-op profile over {} forward+backward runs:\n{}", steps, plan.profile_report());
   return 0;
 }

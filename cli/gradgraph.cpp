@@ -1,10 +1,11 @@
 // The `gradgraph` command: train (the main job), sample, grad and replay (the reference
-// model's command-line contract, spec/reference-model.md), and inspect (print the forward
+// model's command-line contract, docs/reference-model.md), and inspect (print the forward
 // and gradient graphs of a model). Every user mistake ends in one line on stderr and a
 // non-zero exit.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,12 +13,11 @@
 
 #include "autodiff/optim.h"
 #include "io/safetensors.h"
+#include "models/char_lm.h"
+#include "models/gpt.h"
 #include "ops/parallel.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/model.h"
 #include "train/replay.h"
-#include "train/sample.h"
 #include "train/trainer.h"
 
 using namespace gg;
@@ -33,26 +33,57 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+// Flags generated from option tables: each option of each set becomes --name-with-dashes,
+// with its help, kind and default. The texts are applied after parsing, over a --config
+// file's values, so flags win over the file.
+struct TableFlags {
+  std::vector<train::BoundOptions> sets;
+  std::vector<std::pair<std::string, std::string>> given;  // (option, text), in order
+  std::string config;                                       // --config file, if any
+
+  void add_to(CLI::App* app, const std::vector<std::string>& skip = {}) {
+    for (const train::BoundOptions& b : sets)
+      for (const train::Option& o : b.list->options()) {
+        if (std::find(skip.begin(), skip.end(), o.name) != skip.end()) continue;
+        const std::string name = o.name;
+        const std::string help = fmt::format("{} ({}; default {})", o.help, o.describe(), train::to_text(o.get(b.target)));
+        auto* flag = app->add_option_function<std::string>(
+            train::flag_name(name), [this, name](const std::string& v) { given.push_back({name, v.empty() ? "true" : v}); },
+            help);
+        static const char* kind_names[] = {"BOOL", "INT", "FLOAT", "TEXT", "CHOICE"};
+        flag->type_name(kind_names[int(o.kind)]);
+        if (o.kind == train::Option::Kind::boolean) flag->expected(0, 1);  // "--resume" alone means true
+      }
+    app->add_option("--config", config, "JSON file of options (the keys above, with '_'); flags override it");
+  }
+  // The --config file, then the flags.
+  void apply() {
+    if (!config.empty()) train::read_json(read_text(config), config, sets);
+    for (auto& [name, text] : given) train::set_from_text(sets, name, text);
+    for (const train::BoundOptions& b : sets) b.list->validate(b.target, "options");
+  }
+};
+
 // ---- grad ----------------------------------------------------------------------------
 struct GradCmd {
   std::string config, weights, batch, out;
 };
 
 int run_grad(const GradCmd& a) {
-  dsl::GptConfig c = train::load_config(a.config);
-  ParamStore params;
-  train::load_weights(params, io::read_safetensors(a.weights), c);
-  train::Batches b = train::read_batches(io::read_safetensors(a.batch), c, /*stacked=*/false);
-  train::StepRunner r(c, b.B, b.T, params);
-  const double loss = r.forward_backward(b.tokens_at(0), b.targets_at(0));
+  models::GptConfig c = models::load_gpt_config(a.config);
+  train::Model m = models::gpt_model(c);
+  train::load_params(m.params(), train::read_tensors(a.weights), models::gpt_params(c), a.weights);
+  std::vector<train::Batch> b = models::read_gpt_batches(io::read_safetensors(a.batch), c, /*stacked=*/false);
+  const double loss = m.forward_backward(b[0]);
   io::File out;
   out.add_f32("loss", {}, {float(loss)});
-  View lg = r.logits();
+  View lg = m.train_output("logits");
   out.add_f32("logits", *lg.shape, std::vector<float>(lg.f(), lg.f() + lg.numel()));
-  for (const ParamGrad& pg : r.grads())
+  std::vector<ParamGrad> grads = m.grads();
+  for (const ParamGrad& pg : grads)
     out.add_f32("grad." + pg.name, pg.param->shape(), std::vector<float>(pg.grad, pg.grad + pg.param->numel()));
   io::write_safetensors(a.out, out);
-  fmt::print("loss {:.6f}; wrote {} ({} gradients)\n", loss, a.out, r.grads().size());
+  fmt::print("loss {:.6f}; wrote {} ({} gradients)\n", loss, a.out, grads.size());
   return 0;
 }
 
@@ -63,35 +94,35 @@ struct ReplayCmd {
 };
 
 int run_replay(const ReplayCmd& a) {
-  dsl::GptConfig c = train::load_config(a.config);
-  ParamStore params;
-  train::load_weights(params, io::read_safetensors(a.weights), c);
-  train::Batches b = train::read_batches(io::read_safetensors(a.batches), c, /*stacked=*/true);
+  models::GptConfig c = models::load_gpt_config(a.config);
+  train::Model m = models::gpt_model(c);
+  train::load_params(m.params(), train::read_tensors(a.weights), models::gpt_params(c), a.weights);
+  std::vector<train::Batch> b = models::read_gpt_batches(io::read_safetensors(a.batches), c, /*stacked=*/true);
   train::ReplayOptions o{a.optimizer, a.lr, a.momentum, 0, 0, a.eps, a.weight_decay, a.clip};
   char comma = 0;
   std::istringstream bs(a.betas);
   if (!(bs >> o.beta1 >> comma >> o.beta2) || comma != ',' || !bs.eof())
     throw InputError(fmt::format("--betas: expected two numbers as B1,B2, got '{}'", a.betas));
-  train::ReplayResult r = train::replay(c, params, b, o);
+  train::ReplayResult r = train::replay(m, b, o);
   io::File out;
-  train::add_weights(out, params, c);
-  out.add_f32("losses", {b.N}, r.losses);
-  out.add_f32("grad_norms", {b.N}, r.grad_norms);
+  for (const train::ParamInfo& p : m.param_table()) out.add_f32(p.name, p.shape, m.params().at(p.name).to_vector());
+  out.add_f32("losses", {std::int64_t(b.size())}, r.losses);
+  out.add_f32("grad_norms", {std::int64_t(b.size())}, r.grad_norms);
   io::write_safetensors(a.out, out);
-  fmt::print("{} steps of {}: loss {:.6f} -> {:.6f}; wrote {}\n", b.N, a.optimizer, r.losses.front(), r.losses.back(),
-             a.out);
+  fmt::print("{} steps of {}: loss {:.6f} -> {:.6f}; wrote {}\n", b.size(), a.optimizer, r.losses.front(),
+             r.losses.back(), a.out);
   return 0;
 }
 
 // ---- sample --------------------------------------------------------------------------
 struct SampleCmd {
   std::string checkpoint;
-  train::SampleOptions o;
+  models::SampleOptions o;
 };
 
-int run_sample(SampleCmd a) {
-  train::Checkpoint ck = train::load_checkpoint(a.checkpoint);
-  fmt::print("{}\n", train::sample_text(ck.config, ck.params, ck.vocab, a.o));
+int run_sample(const SampleCmd& a) {
+  models::CharLmCheckpoint ck = models::load_char_lm(a.checkpoint);
+  fmt::print("{}\n", models::sample_text(ck.config, ck.params, ck.vocab, a.o));
   return 0;
 }
 
@@ -103,10 +134,10 @@ struct InspectCmd {
 };
 
 int run_inspect(const InspectCmd& a) {
-  dsl::GptConfig c = train::load_config(a.config);
+  models::GptConfig c = models::load_gpt_config(a.config);
   const std::int64_t T = a.seq > 0 ? a.seq : c.block_size;
   Graph g;
-  dsl::Gpt m = dsl::build_gpt(g, c, a.batch, T);
+  models::Gpt m = models::build_gpt(g, c, a.batch, T);
   const NodeId forward_end = g.size();
   std::vector<NodeId> roots{m.loss.id};
   if (a.grad) {
@@ -132,44 +163,13 @@ int main(int argc, char** argv) {
   int threads = 0;
   app.add_option("--threads", threads, "Worker threads (default: all cores, or GG_NUM_THREADS)")->check(CLI::Range(1, 256));
 
-  // train
-  train::TrainOptions to;
-  std::string train_config;
+  // train: the char-LM job; its flags come from the three option tables.
+  models::GptConfig model;
+  models::CharLmOptions job;
+  train::TrainOptions run = models::char_lm_train_defaults();
+  TableFlags train_flags{{train::bind(job), train::bind(model), train::bind(run)}};
   auto* tr = app.add_subcommand("train", "Train the character-level transformer (defaults: tinyshakespeare, 2000 steps)");
-  tr->add_option("--config", train_config, "JSON file of options (keys as below, with '_'); flags override it");
-  tr->add_option("--data", to.data, "Text file to train on (default: the bundled tinyshakespeare.txt)");
-  tr->add_option("--out-dir", to.out_dir, "Where the checkpoint, loss.csv and loss.svg go")->capture_default_str();
-  tr->add_option("--n-layer", to.n_layer, "Transformer blocks")->capture_default_str();
-  tr->add_option("--n-head", to.n_head, "Attention heads")->capture_default_str();
-  tr->add_option("--n-embd", to.n_embd, "Embedding width")->capture_default_str();
-  tr->add_option("--block-size", to.block_size, "Context length")->capture_default_str();
-  tr->add_option("--bias", to.bias, "Biases in Linear and LayerNorm (true/false)")->capture_default_str();
-  tr->add_option("--tie-weights", to.tie_weights, "Share the token embedding with the head")->capture_default_str();
-  tr->add_option("--attn-scale", to.attn_scale, "Scale attention scores by head_size^-0.5")->capture_default_str();
-  tr->add_option("--pos-encoding", to.pos_encoding, "learned or sinusoidal")->capture_default_str();
-  tr->add_option("--gelu", to.gelu, "erf or tanh")->capture_default_str();
-  tr->add_option("--dropout", to.dropout, "Dropout on attention weights")->capture_default_str();
-  tr->add_option("--batch-size", to.batch_size, "Sequences per step")->capture_default_str();
-  tr->add_option("--steps", to.steps, "Optimizer steps")->capture_default_str();
-  tr->add_option("--warmup", to.warmup, "Linear warm-up steps before cosine decay")->capture_default_str();
-  tr->add_option("--optimizer", to.optimizer, "adamw or sgd")->capture_default_str();
-  tr->add_option("--lr", to.lr, "Peak learning rate")->capture_default_str();
-  tr->add_option("--min-lr", to.min_lr, "Learning rate at the end of the cosine decay")->capture_default_str();
-  tr->add_option("--beta1", to.beta1, "AdamW beta1")->capture_default_str();
-  tr->add_option("--beta2", to.beta2, "AdamW beta2")->capture_default_str();
-  tr->add_option("--eps", to.eps, "AdamW epsilon")->capture_default_str();
-  tr->add_option("--weight-decay", to.weight_decay, "AdamW decoupled weight decay (2-D+ parameters)")->capture_default_str();
-  tr->add_option("--momentum", to.momentum, "SGD momentum")->capture_default_str();
-  tr->add_option("--clip", to.clip, "Clip the global gradient norm (0 = off)")->capture_default_str();
-  tr->add_option("--eval-interval", to.eval_interval, "Steps between validation runs")->capture_default_str();
-  tr->add_option("--eval-iters", to.eval_iters, "Batches per validation run")->capture_default_str();
-  tr->add_option("--final-eval-iters", to.final_eval_iters, "Batches for the final validation loss")->capture_default_str();
-  tr->add_option("--sample-tokens", to.sample_tokens, "Characters to generate at the end")->capture_default_str();
-  tr->add_option("--temperature", to.temperature, "Sampling temperature")->capture_default_str();
-  tr->add_option("--top-k", to.top_k, "Sample among the k likeliest (0 = all)")->capture_default_str();
-  tr->add_option("--seed", to.seed, "Random seed")->capture_default_str();
-  tr->add_flag("--resume", to.resume, "Continue from <out-dir>/checkpoint.safetensors");
-  tr->add_flag("--quiet", to.quiet, "No progress bar");
+  train_flags.add_to(tr, {"vocab_size"});
 
   // sample
   SampleCmd sa;
@@ -177,8 +177,8 @@ int main(int argc, char** argv) {
   sm->add_option("--checkpoint", sa.checkpoint, "Checkpoint written by train")->required();
   sm->add_option("--prompt", sa.o.prompt, "Text to continue")->capture_default_str();
   sm->add_option("--temperature", sa.o.temperature, "Sampling temperature (> 0)")->capture_default_str();
-  sm->add_option("--top-k", sa.o.top_k, "Sample among the k likeliest (0 = all)")->capture_default_str();
-  sm->add_option("--tokens", sa.o.tokens, "Characters to generate")->capture_default_str();
+  sm->add_option("--top-k", sa.o.top_k, "Sample among the k likeliest (0 = all)")->capture_default_str()->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 24));
+  sm->add_option("--tokens", sa.o.tokens, "Characters to generate")->capture_default_str()->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 24));
   sm->add_option("--seed", sa.o.seed, "Random seed")->capture_default_str();
 
   // grad
@@ -237,15 +237,8 @@ int main(int argc, char** argv) {
   if (threads > 0) gg::set_num_threads(threads);
   try {
     if (*tr) {
-      if (!train_config.empty()) {
-        // Options from the file first, then every flag given on the command line again.
-        train::TrainOptions from_file;
-        from_file.merge_json(read_text(train_config), train_config);
-        to = from_file;
-        app.clear();
-        app.parse(argc, argv);
-      }
-      train::run_training(to);
+      train_flags.apply();
+      models::run_char_lm(job, model, run);
       return 0;
     }
     if (*sm) return run_sample(sa);

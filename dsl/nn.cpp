@@ -207,7 +207,7 @@ AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::str
   Expr v = heads(linear(x, D, "value", bias, {}, loc));
   AttentionResult r = attention(q, k, v, opt, loc);                            // r.out: (B, H, T, hs)
   Expr y = reshape(permute(r.out, {0, 2, 1, 3}, loc), {B, T, D}, loc);        // y: (B, T, D)
-  r.out = linear(y, D, "proj", bias, {}, loc);
+  r.out = linear(y, D, "proj", bias, opt.proj_init, loc);
   return r;
 }
 
@@ -217,11 +217,13 @@ Expr transformer_block(Expr x, const std::string& name, const BlockOptions& opt,
   Scope scope(g, name);
   const std::int64_t D = x.dim(-1);
   Expr h = layer_norm(x, "norm1", opt.eps, opt.bias, loc);
-  x = x + multi_head_attention(h, opt.n_head, "attn", opt.bias, opt.attn, loc).out;
+  AttentionOptions attn = opt.attn;
+  if (opt.residual_init) attn.proj_init = opt.residual_init;
+  x = x + multi_head_attention(h, opt.n_head, "attn", opt.bias, attn, loc).out;
   h = layer_norm(x, "norm2", opt.eps, opt.bias, loc);
   Scope mlp(g, "mlp");
   h = gelu(linear(h, 4 * D, "fc1", opt.bias, {}, loc), opt.gelu, loc);  // h: (B, T, 4D)
-  return x + linear(h, D, "fc2", opt.bias, {}, loc);
+  return x + linear(h, D, "fc2", opt.bias, opt.residual_init, loc);
 }
 
 }  // namespace gg::dsl

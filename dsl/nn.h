@@ -63,6 +63,7 @@ struct AttentionOptions {
   float dropout = 0.f;       // on the weights, after the softmax and before V
   bool training = false;
   bool scale = true;         // multiply scores by head_size^-0.5 (off for the ablation)
+  std::optional<Init> proj_init;  // multi-head attention's output projection weight (default N(0, 0.02))
 };
 
 struct AttentionResult {
@@ -92,6 +93,9 @@ struct BlockOptions {
   GeluKind gelu = GeluKind::erf;
   float eps = 1e-5f;
   AttentionOptions attn;  // mask, dropout, training, scale
+  // Weights of the projections into the residual stream (attn.proj, mlp.fc2); default
+  // N(0, 0.02). GPT-2 scales them by 1/sqrt(2 n_layer).
+  std::optional<Init> residual_init;
 };
 
 // Pre-LayerNorm block: x + attn(norm1(x)), then x + fc2(gelu(fc1(norm2(x)))) with a 4x MLP.

@@ -29,7 +29,7 @@ What it writes
 
     The script also checks that softmax(Q K^T / sqrt(8)) V W_O by hand matches MHA.
 
-(b) Reference-model cases (model and formats per /work/shared/spec/reference-model.md,
+(b) Reference-model cases (model and formats per docs/reference-model.md,
     "The reference model and the interchange format"), computed in float32:
 
       ref_<case>.config.json          model config

@@ -1,34 +1,41 @@
-// Checkpoint files: tensors "<param>", "optim.<state key>", "vocab" (I32 bytes); metadata
-// "format", "config", "optimizer", "step", "rng", "options".
+// Checkpoint files: tensors "<param>", "optim.<key>", "curve.<series>"; metadata "format",
+// "model", "model_options", "optimizer", "step", "train_options", "rng", "user.<key>".
 #include "train/checkpoint.h"
 
 #include <fmt/format.h>
 
+#include <charconv>
+
 #include "io/safetensors.h"
-#include "train/config.h"
-#include "train/model.h"
 
 namespace gg::train {
 
-static constexpr const char* kFormat = "gradgraph-checkpoint-1";
+static constexpr const char* kFormat = "gradgraph-checkpoint-2";
 
 void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   io::File f;
   f.metadata["format"] = kFormat;
-  f.metadata["config"] = config_to_json(ck.config);
-  // Beyond the spec's ten keys, but part of the model: without them a model trained with
-  // --attn-scale false would be sampled with the scale.
-  f.metadata["attn_scale"] = ck.config.attn_scale ? "true" : "false";
-  f.metadata["dropout"] = fmt::format("{}", ck.config.dropout);
+  f.metadata["model"] = ck.model_kind;
+  f.metadata["model_options"] = ck.model_options;
   f.metadata["optimizer"] = ck.optimizer;
   f.metadata["step"] = std::to_string(ck.step);
+  f.metadata["train_options"] = ck.train_options;
   f.metadata["rng"] = ck.rng_state;
-  f.metadata["options"] = ck.options_json;
-  add_weights(f, ck.params, ck.config);
+  for (auto& [k, v] : ck.user) f.metadata["user." + k] = v;
+  for (auto& [name, t] : ck.params) {
+    if (name.starts_with("optim.") || name.starts_with("curve."))
+      throw InputError(fmt::format("{}: parameter name '{}' uses a prefix reserved for checkpoints", path, name));
+    f.add_f32(name, t.shape(), t.to_vector());
+  }
   for (auto& [k, t] : ck.optim_state) f.add_f32("optim." + k, t.shape(), t.to_vector());
-  std::vector<std::int32_t> v;
-  for (unsigned char ch : ck.vocab) v.push_back(ch);
-  f.add_i32("vocab", {std::int64_t(v.size())}, v);
+  for (const Series& s : ck.curves) {
+    std::vector<float> xy;
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      xy.push_back(float(s.x[i]));
+      xy.push_back(float(s.y[i]));
+    }
+    f.add_f32("curve." + s.name, {std::int64_t(s.x.size()), 2}, xy);
+  }
   try {
     io::write_safetensors(path, f);
   } catch (const io::Error& e) {
@@ -48,46 +55,56 @@ Checkpoint load_checkpoint(const std::string& path) {
     if (it == f.metadata.end()) throw InputError(fmt::format("{}: not a gradgraph checkpoint (no '{}' metadata)", path, k));
     return it->second;
   };
-  if (meta("format") != kFormat)
-    throw InputError(fmt::format("{}: checkpoint format '{}' is not '{}'", path, meta("format"), kFormat));
+  const std::string format = meta("format");
+  if (format != kFormat)
+    throw InputError(fmt::format("{}: checkpoint format '{}' is not '{}'", path, format.substr(0, 60), kFormat));
   Checkpoint ck;
-  ck.config = parse_config(meta("config"), path + " (config)");
-  if (auto it = f.metadata.find("attn_scale"); it != f.metadata.end()) {
-    if (it->second != "true" && it->second != "false")
-      throw InputError(fmt::format("{}: bad attn_scale '{}'", path, it->second));
-    ck.config.attn_scale = it->second == "true";
-  }
-  if (auto it = f.metadata.find("dropout"); it != f.metadata.end()) {
-    try {
-      ck.config.dropout = std::stof(it->second);
-    } catch (const std::exception&) {
-      throw InputError(fmt::format("{}: bad dropout '{}'", path, it->second));
-    }
-    if (!(ck.config.dropout >= 0 && ck.config.dropout < 1))
-      throw InputError(fmt::format("{}: bad dropout '{}'", path, it->second));
-  }
+  ck.model_kind = meta("model");
+  ck.model_options = meta("model_options");
   ck.optimizer = meta("optimizer");
-  try {
-    ck.step = std::stoll(meta("step"));
-  } catch (const std::exception&) {
-    throw InputError(fmt::format("{}: bad step '{}'", path, meta("step")));
-  }
+  if (ck.optimizer != "adamw" && ck.optimizer != "sgd")
+    throw InputError(fmt::format("{}: optimizer '{}' is neither adamw nor sgd", path, ck.optimizer.substr(0, 60)));
+  const std::string step = meta("step");
+  auto [end, ec] = std::from_chars(step.data(), step.data() + step.size(), ck.step);
+  if (ec != std::errc{} || end != step.data() + step.size() || step.empty() || ck.step < 0)
+    throw InputError(fmt::format("{}: step '{}' is not a whole number >= 0", path, step.substr(0, 40)));
+  ck.train_options = meta("train_options");
   ck.rng_state = meta("rng");
-  ck.options_json = meta("options");
-  load_weights(ck.params, f, ck.config, /*allow_extra=*/true);
+  for (auto& [k, v] : f.metadata)
+    if (k.starts_with("user.")) ck.user[k.substr(5)] = v;
   for (auto& [name, e] : f.tensors) {
-    if (name.rfind("optim.", 0) != 0) continue;
-    ck.optim_state.emplace(name.substr(6), Tensor::f32(e.shape, e.to_f32()));
+    if (e.dtype != io::DType::f32)
+      throw InputError(fmt::format("{}: tensor '{}' is {}, checkpoints hold F32 only", path, name.substr(0, 80),
+                                   io::dtype_name(e.dtype)));
+    Tensor t = Tensor::f32(e.shape, e.to_f32());
+    if (name.starts_with("optim.")) {
+      ck.optim_state.emplace(name.substr(6), std::move(t));
+    } else if (name.starts_with("curve.")) {
+      if (t.shape().size() != 2 || t.shape()[1] != 2)
+        throw InputError(fmt::format("{}: curve '{}' has shape {}, expected (n, 2)", path, name, to_string(t.shape())));
+      Series s{name.substr(6), {}, {}};
+      for (std::int64_t i = 0; i < t.shape()[0]; ++i) {
+        s.x.push_back(t.f()[2 * i]);
+        s.y.push_back(t.f()[2 * i + 1]);
+      }
+      ck.curves.push_back(std::move(s));
+    } else {
+      ck.params.emplace(name, std::move(t));
+    }
   }
-  const io::Entry* v = f.find("vocab");
-  if (!v) throw InputError(fmt::format("{}: checkpoint has no 'vocab'", path));
-  for (std::int32_t ch : v->to_i32()) {
-    if (ch < 0 || ch > 255) throw InputError(fmt::format("{}: vocab holds {}, not a byte", path, ch));
-    ck.vocab.push_back(char(ch));
-  }
-  if (std::int64_t(ck.vocab.size()) != ck.config.vocab_size)
-    throw InputError(fmt::format("{}: vocab has {} entries but vocab_size is {}", path, ck.vocab.size(), ck.config.vocab_size));
   return ck;
+}
+
+std::map<std::string, Tensor> read_tensors(const std::string& path) {
+  std::map<std::string, Tensor> r;
+  try {
+    io::File f = io::read_safetensors(path);
+    for (auto& [name, e] : f.tensors)
+      r.emplace(name, e.dtype == io::DType::f32 ? Tensor::f32(e.shape, e.to_f32()) : Tensor::i32(e.shape, e.to_i32()));
+  } catch (const io::Error& e) {
+    throw InputError(e.what());
+  }
+  return r;
 }
 
 }  // namespace gg::train

@@ -1,30 +1,40 @@
-// Checkpoints: one safetensors file with the weights, the optimizer's state, the step,
-// the data-sampling RNG, the vocabulary and the model config, so `--resume` continues a
-// run exactly. Written to a temporary file and renamed: a crash never leaves half a file.
+// Checkpoints for any model: one safetensors file with the parameters (under their own
+// names, so a checkpoint is also a weights file), the optimizer's state ("optim.<key>"),
+// the loss curves so far ("curve.<series>", (n, 2) of step and value), and metadata: the
+// model's kind and options, the optimizer and its hyperparameters, the run's options
+// (with the LR schedule), the step, the RNG states and the user's own entries. Written to
+// a temporary file and renamed: a crash never leaves half a file.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
-#include "dsl/gpt.h"
 #include "ops/tensor.h"
+#include "train/error.h"
+#include "train/plot.h"
 
 namespace gg::train {
 
 struct Checkpoint {
-  dsl::GptConfig config;
-  std::string vocab;                            // vocab[id] = byte of token id
-  ParamStore params;
-  std::string optimizer;                        // "adamw" or "sgd"
-  std::map<std::string, Tensor> optim_state;    // Optimizer::state()
-  std::int64_t step = 0;                        // optimizer steps taken
-  std::string rng_state;                        // std::mt19937_64 states (data, then dropout), as text
-  std::string options_json;                     // the training options of the run
+  std::string model_kind;                      // "gpt", "vit", ... (Model::kind())
+  std::string model_options;                   // JSON of the model's option table
+  std::map<std::string, Tensor> params;        // by parameter name
+  std::string optimizer;                       // "adamw" or "sgd"
+  std::map<std::string, Tensor> optim_state;   // Optimizer::state()
+  std::int64_t step = 0;                       // optimizer steps taken
+  std::string train_options;                   // JSON of the run's TrainOptions
+  std::string rng_state;                       // the data and dropout generators, as text
+  std::vector<Series> curves;                  // the loss (and metric) curves up to `step`
+  std::map<std::string, std::string> user;     // the user's own metadata (e.g. a vocabulary)
 };
 
 void save_checkpoint(const std::string& path, const Checkpoint& ck);
 // Throws InputError naming the file for anything missing or inconsistent.
 Checkpoint load_checkpoint(const std::string& path);
+
+// Every tensor of a weights file (F32 and I32) by name, for load_params; throws InputError.
+std::map<std::string, Tensor> read_tensors(const std::string& path);
 
 }  // namespace gg::train

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "train/config.h"
+#include "train/error.h"
 
 namespace gg::train {
 

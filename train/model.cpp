@@ -1,132 +1,228 @@
-// Weights, batches and the step runner of the reference model.
+// Plans per batch shape, built on first use and cached; the training plan computes the
+// loss, the named outputs and every parameter's gradient, the evaluation plan no gradient.
 #include "train/model.h"
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <set>
 
 #include "autodiff/grad.h"
 
 namespace gg::train {
 
-void load_weights(ParamStore& store, const io::File& f, const dsl::GptConfig& c, bool allow_extra) {
-  std::vector<std::string> missing, misshaped, unexpected;
-  std::set<std::string> known;
-  for (auto& [name, shape] : dsl::gpt_param_shapes(c)) {
-    known.insert(name);
-    const io::Entry* e = f.find(name);
-    if (!e) {
-      missing.push_back(name);
-      continue;
+struct Model::Plan {
+  std::unique_ptr<Graph> g;
+  ModelOutputs outs;
+  std::vector<NodeId> grads;       // per table_ entry (training plans)
+  std::vector<std::string> names;  // parameter names in declaration order
+  std::unique_ptr<Executor> ex;
+  bool training = false;
+};
+
+namespace {
+// "tokens:i32(8, 64);targets:i32(8, 64)" plus the pass.
+std::string plan_key(const Batch& b, bool training) {
+  std::string k = training ? "train|" : "eval|";
+  for (auto& [name, t] : b) k += fmt::format("{}:{}{};", name, to_string(t.dtype()), to_string(t.shape()));
+  return k;
+}
+// "a, b, c and 12 more"
+std::string listed(const std::vector<std::string>& xs, std::size_t max = 6) {
+  std::vector<std::string> head(xs.begin(), xs.begin() + std::ptrdiff_t(std::min(max, xs.size())));
+  std::string s = fmt::format("{}", fmt::join(head, ", "));
+  if (xs.size() > max) s += fmt::format(" and {} more", xs.size() - max);
+  return s;
+}
+std::vector<ParamInfo> table_of(const Graph& g) {
+  std::vector<ParamInfo> t;
+  for (const Node& n : g.nodes())
+    if (n.op == OpKind::param) t.push_back({n.name, n.shape});
+  return t;
+}
+}  // namespace
+
+dsl::Expr ModelInputs::operator[](const std::string& name) {
+  if (auto it = declared_.find(name); it != declared_.end()) return it->second;
+  auto it = batch_.find(name);
+  if (it == batch_.end()) {
+    std::vector<std::string> have;
+    for (auto& [n, t] : batch_) have.push_back(n);
+    throw InputError(fmt::format("the model reads input '{}' but the batch has no such tensor (it has: {})", name,
+                                 have.empty() ? "nothing" : listed(have)));
+  }
+  dsl::Expr e = dsl::input(g_, name, it->second.shape(), it->second.dtype());
+  declared_.emplace(name, e);
+  return e;
+}
+
+const Shape& ModelInputs::shape(const std::string& name) const {
+  auto it = batch_.find(name);
+  if (it == batch_.end()) throw InputError(fmt::format("the batch has no tensor '{}'", name));
+  return it->second.shape();
+}
+
+Model::Model(std::string kind, BuildFn build, std::string options_json)
+    : kind_(std::move(kind)), options_json_(std::move(options_json)), build_(std::move(build)) {
+  if (!build_) throw InputError(fmt::format("model '{}': no build function", kind_));
+}
+Model::Model(Model&&) noexcept = default;
+Model::~Model() = default;
+
+std::unique_ptr<Graph> Model::graph_for(const Batch& b, bool training, ModelOutputs* outs) const {
+  if (b.empty()) throw InputError(fmt::format("model '{}': the batch has no tensors", kind_));
+  auto g = std::make_unique<Graph>();
+  ModelInputs in(*g, b, training);
+  ModelOutputs o = build_(in);
+  for (auto& [name, t] : b)
+    if (!in.has(name) || g->find(name, OpKind::input) < 0)
+      throw InputError(fmt::format("model '{}': the batch's tensor '{}' is not read by the model", kind_, name));
+  auto own = [&](const dsl::Expr& e, const std::string& what) {
+    if (e.g != g.get())
+      throw InputError(fmt::format("model '{}': {} was not built in the graph given to the build function", kind_, what));
+  };
+  if (o.loss.g) {
+    own(o.loss, "the loss");
+    if (!o.loss.shape().empty() || o.loss.dtype() != DType::f32)
+      throw InputError(fmt::format("model '{}': the loss must be an f32 scalar, got {}{}", kind_,
+                                   to_string(o.loss.dtype()), to_string(o.loss.shape())));
+  }
+  std::set<std::string> seen{"loss"};
+  for (auto& [name, e] : o.outputs) {
+    own(e, fmt::format("output '{}'", name));
+    if (!seen.insert(name).second) throw InputError(fmt::format("model '{}': output name '{}' is used twice", kind_, name));
+  }
+  if (outs) *outs = o;
+  return g;
+}
+
+const std::vector<ParamInfo>& Model::declare(const Batch& example) {
+  if (!declared_) {
+    std::unique_ptr<Graph> g = graph_for(example, false);
+    table_ = table_of(*g);
+    declared_ = true;
+    decl_graph_ = std::move(g);
+  }
+  return table_;
+}
+
+const std::vector<ParamInfo>& Model::param_table() const {
+  if (!declared_) throw InputError(fmt::format("model '{}': declare it with a batch before asking for its parameters", kind_));
+  return table_;
+}
+
+void Model::init_params(std::uint64_t seed) {
+  if (!decl_graph_) throw InputError(fmt::format("model '{}': declare it with a batch before initializing it", kind_));
+  params_.init_missing(*decl_graph_, seed);
+}
+
+Model::Plan& Model::plan(const Batch& b, bool training) {
+  const std::string key = plan_key(b, training);
+  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+  auto p = std::make_unique<Plan>();
+  p->training = training;
+  p->g = graph_for(b, training, &p->outs);
+  std::vector<ParamInfo> table = table_of(*p->g);
+  if (!declared_) {
+    table_ = table;
+    declared_ = true;
+    decl_graph_ = std::make_unique<Graph>(*p->g);
+  } else if (table.size() != table_.size() ||
+             !std::equal(table.begin(), table.end(), table_.begin(),
+                         [](const ParamInfo& a, const ParamInfo& c) { return a.name == c.name && a.shape == c.shape; })) {
+    throw InputError(fmt::format("model '{}': the batch shapes {} declare other parameters than the first batch did",
+                                 kind_, plan_key(b, training)));
+  }
+  std::vector<NodeId> outs;
+  if (p->outs.loss.g) outs.push_back(p->outs.loss.id);
+  for (auto& [name, e] : p->outs.outputs) outs.push_back(e.id);
+  if (training) {
+    if (!p->outs.loss.g) throw InputError(fmt::format("model '{}': the build function gave no loss to train", kind_));
+    std::vector<NodeId> wrt;
+    for (const ParamInfo& pi : table_) {
+      wrt.push_back(p->g->find(pi.name, OpKind::param));
+      p->names.push_back(pi.name);
     }
-    if (e->dtype != io::DType::f32 || e->shape != shape) {
-      misshaped.push_back(fmt::format("{} is {}{} but the config needs F32{}", name, io::dtype_name(e->dtype),
-                                      to_string(e->shape), to_string(shape)));
-      continue;
-    }
+    p->grads = grad(*p->g, p->outs.loss.id, wrt);
+    outs.insert(outs.end(), p->grads.begin(), p->grads.end());
   }
-  if (!allow_extra)
-    for (auto& [name, e] : f.tensors)
-      if (!known.count(name)) unexpected.push_back(name);
-  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
-    std::string msg = fmt::format("{}: weights do not match the config:", f.path);
-    if (!missing.empty()) msg += fmt::format(" missing [{}];", fmt::join(missing, ", "));
-    if (!unexpected.empty()) msg += fmt::format(" unexpected [{}];", fmt::join(unexpected, ", "));
-    if (!misshaped.empty()) msg += fmt::format(" mis-shaped [{}];", fmt::join(misshaped, "; "));
-    msg.pop_back();
-    throw InputError(msg);
-  }
-  for (auto& [name, shape] : dsl::gpt_param_shapes(c)) {
-    std::vector<float> v = f.find(name)->to_f32();
-    store.set(name, Tensor::f32(shape, v));
-  }
+  p->ex = std::make_unique<Executor>(*p->g, outs, params_);
+  return *plans_.emplace(key, std::move(p)).first->second;
 }
 
-void add_weights(io::File& f, const ParamStore& store, const dsl::GptConfig& c) {
-  for (auto& [name, shape] : dsl::gpt_param_shapes(c)) {
-    const Tensor& t = store.at(name);
-    f.add_f32(name, t.shape(), t.to_vector());
-  }
+double Model::run(Plan& p, const Batch& b) {
+  for (auto& [name, t] : b)
+    if (p.ex->has_input(name)) p.ex->set_input(name, t);
+  p.ex->rng() = rng_;
+  p.ex->run();
+  rng_ = p.ex->rng();
+  return p.outs.loss.g ? double(p.ex->scalar(p.outs.loss.id)) : NAN;
 }
 
-Batches read_batches(const io::File& f, const dsl::GptConfig& c, bool stacked) {
-  auto fail = [&](const std::string& why) { throw InputError(fmt::format("{}: {}", f.path, why)); };
-  const io::Entry* tok = f.find("tokens");
-  const io::Entry* tgt = f.find("targets");
-  if (!tok || !tgt) fail(fmt::format("needs tensors 'tokens' and 'targets'{}", stacked ? " of shape [N, B, T]" : " of shape [B, T]"));
-  const std::size_t rank = stacked ? 3 : 2;
-  if (tok->shape.size() != rank) fail(fmt::format("'tokens' has shape {}, expected rank {}", to_string(tok->shape), rank));
-  if (tgt->shape != tok->shape)
-    fail(fmt::format("'targets' has shape {} but 'tokens' has {}", to_string(tgt->shape), to_string(tok->shape)));
-  for (auto d : tok->shape)
-    if (d < 1) fail(fmt::format("'tokens' has an empty dimension: {}", to_string(tok->shape)));
-  Batches b;
-  b.N = stacked ? tok->shape[0] : 1;
-  b.B = tok->shape[rank - 2];
-  b.T = tok->shape[rank - 1];
-  if (b.T > c.block_size) fail(fmt::format("sequence length {} exceeds block_size {}", b.T, c.block_size));
-  try {
-    b.tokens = f.get_i32("tokens");
-    b.targets = f.get_i32("targets");
-  } catch (const io::Error& e) {
-    throw InputError(e.what());
-  }
-  for (std::size_t i = 0; i < b.tokens.size(); ++i)
-    if (b.tokens[i] < 0 || b.tokens[i] >= c.vocab_size)
-      fail(fmt::format("'tokens' holds {} at flat index {}, outside [0, vocab_size = {})", b.tokens[i], i, c.vocab_size));
-  for (std::size_t i = 0; i < b.targets.size(); ++i)
-    if (b.targets[i] < -1 || b.targets[i] >= c.vocab_size)
-      fail(fmt::format("'targets' holds {} at flat index {}, outside [-1, vocab_size = {})", b.targets[i], i, c.vocab_size));
-  for (std::int64_t n = 0; n < b.N; ++n) {
-    bool any = false;
-    for (std::int64_t i = 0; i < b.B * b.T; ++i) any = any || b.targets_at(n)[i] != -1;
-    if (!any) fail(stacked ? fmt::format("batch {} has no target that is not -1 (ignored)", n)
-                           : std::string("the batch has no target that is not -1 (ignored)"));
-  }
-  return b;
+double Model::forward_backward(const Batch& b) {
+  Plan& p = plan(b, true);
+  last_train_ = &p;
+  return run(p, b);
 }
 
-StepRunner::StepRunner(const dsl::GptConfig& c, std::int64_t B, std::int64_t T, ParamStore& store, bool training,
-                       std::uint64_t seed)
-    : c_(c), store_(store) {
-  m_ = dsl::build_gpt(g_, c, B, T, true, training);
-  std::vector<NodeId> wrt;
-  for (const dsl::Expr& p : m_.params) wrt.push_back(p.id);
-  grads_ = grad(g_, m_.loss.id, wrt);
-  std::vector<NodeId> outs = grads_;
-  outs.push_back(m_.loss.id);
-  outs.push_back(m_.logits.id);
-  train_ = std::make_unique<Executor>(g_, outs, store_, seed);
-  eval_m_ = dsl::build_gpt(eval_g_, c, B, T, true, false);
-  eval_ = std::make_unique<Executor>(eval_g_, std::vector<NodeId>{eval_m_.loss.id}, store_, seed);
-}
-
-// Feeds one (B, T) batch to `ex` and runs it; returns its loss.
-static double run_batch(Executor& ex, NodeId loss, std::size_t n, const std::int32_t* tokens,
-                        const std::int32_t* targets) {
-  ex.set_input("tokens", std::span<const std::int32_t>(tokens, n));
-  ex.set_input("targets", std::span<const std::int32_t>(targets, n));
-  ex.run();
-  return ex.scalar(loss);
-}
-
-double StepRunner::forward_backward(const std::int32_t* tokens, const std::int32_t* targets) {
-  return run_batch(*train_, m_.loss.id, std::size_t(numel(m_.tokens.shape())), tokens, targets);
-}
-
-double StepRunner::loss(const std::int32_t* tokens, const std::int32_t* targets) {
-  return run_batch(*eval_, eval_m_.loss.id, std::size_t(numel(eval_m_.tokens.shape())), tokens, targets);
-}
-
-std::vector<ParamGrad> StepRunner::grads() {
+std::vector<ParamGrad> Model::grads() {
+  if (!last_train_) throw InputError(fmt::format("model '{}': grads() before any forward_backward()", kind_));
   std::vector<ParamGrad> r;
-  for (std::size_t i = 0; i < m_.params.size(); ++i) {
-    const std::string& name = m_.params[i].name();
-    r.push_back({name, &store_.at(name), train_->value(grads_[i]).f()});
+  for (std::size_t i = 0; i < last_train_->names.size(); ++i) {
+    const std::string& name = last_train_->names[i];
+    r.push_back({name, &params_.at(name), last_train_->ex->value(last_train_->grads[i]).f()});
   }
   return r;
 }
 
-View StepRunner::logits() const { return train_->value(m_.logits.id); }
+double Model::loss(const Batch& b) { return run(plan(b, false), b); }
+
+std::map<std::string, Tensor> Model::evaluate(const Batch& b) {
+  Plan& p = plan(b, false);
+  std::map<std::string, Tensor> r;
+  run(p, b);
+  if (p.outs.loss.g) r.emplace("loss", p.ex->get(p.outs.loss.id));
+  for (auto& [name, e] : p.outs.outputs) r.emplace(name, p.ex->get(e.id));
+  return r;
+}
+
+View Model::train_output(const std::string& name) const {
+  if (!last_train_) throw InputError(fmt::format("model '{}': no forward_backward() has run yet", kind_));
+  if (name == "loss" && last_train_->outs.loss.g) return last_train_->ex->value(last_train_->outs.loss.id);
+  for (auto& [n, e] : last_train_->outs.outputs)
+    if (n == name) return last_train_->ex->value(e.id);
+  throw InputError(fmt::format("model '{}': no output named '{}'", kind_, name));
+}
+
+Executor& Model::last_train_plan() {
+  if (!last_train_) throw InputError(fmt::format("model '{}': no forward_backward() has run yet", kind_));
+  return *last_train_->ex;
+}
+
+void load_params(ParamStore& store, const std::map<std::string, Tensor>& tensors, const std::vector<ParamInfo>& table,
+                 const std::string& source, bool allow_extra) {
+  std::vector<std::string> missing, misshaped, unexpected;
+  std::set<std::string> known;
+  for (const ParamInfo& p : table) {
+    known.insert(p.name);
+    auto it = tensors.find(p.name);
+    if (it == tensors.end()) missing.push_back(p.name);
+    else if (it->second.dtype() != DType::f32 || it->second.shape() != p.shape)
+      misshaped.push_back(fmt::format("{} is {}{} but the model needs f32{}", p.name, to_string(it->second.dtype()),
+                                      to_string(it->second.shape()), to_string(p.shape)));
+  }
+  if (!allow_extra)
+    for (auto& [name, t] : tensors)
+      if (!known.count(name)) unexpected.push_back(name.size() > 80 ? name.substr(0, 80) + "..." : name);
+  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
+    std::string msg = fmt::format("{}: the tensors do not match the model's parameters:", source);
+    if (!missing.empty()) msg += fmt::format(" missing [{}];", listed(missing));
+    if (!unexpected.empty()) msg += fmt::format(" unexpected [{}];", listed(unexpected));
+    if (!misshaped.empty()) msg += fmt::format(" mis-shaped [{}];", listed(misshaped, 3));
+    msg.pop_back();
+    throw InputError(msg);
+  }
+  for (const ParamInfo& p : table) store.set(p.name, tensors.at(p.name));
+}
 
 }  // namespace gg::train

@@ -1,65 +1,130 @@
-// Running the reference model: weights files to and from a ParamStore (checked against
-// the config's parameter table), token batches (checked against the config), and a
-// step runner that computes the loss, logits and every parameter's gradient.
+// A model as the trainer sees it: the user's function that declares the graph for a batch,
+// the parameters, and plans built and cached per batch shape (a training plan with every
+// parameter's gradient, an evaluation plan without dropout). Any model declared with the DSL
+// fits: the GPT, the ViT, the encoder-decoder and the user's own.
+//
+//   Model m("mlp", [](ModelInputs& in) {
+//     Expr pred = linear(tanh(linear(in["x"], 8, "fc1")), 1, "fc2");
+//     return ModelOutputs{mean_all((pred - in["y"]) * (pred - in["y"])), {{"pred", pred}}};
+//   });
+//   double loss = m.forward_backward(batch);   // then m.grads()
+//
+// Not here: optimizers and the loop (train/trainer.h), files (train/checkpoint.h).
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "autodiff/optim.h"
-#include "dsl/gpt.h"
-#include "io/safetensors.h"
+#include "dsl/expr.h"
 #include "ops/executor.h"
-#include "train/config.h"
+#include "ops/tensor.h"
+#include "train/error.h"
 
 namespace gg::train {
 
-// Puts the model's parameters from `f` into `store`. Throws InputError naming `f.path` and
-// listing every missing, unexpected and mis-shaped name (extra names allowed if `allow_extra`).
-void load_weights(ParamStore& store, const io::File& f, const dsl::GptConfig& c, bool allow_extra = false);
-// Adds every model parameter of `store` to `f` under its own name.
-void add_weights(io::File& f, const ParamStore& store, const dsl::GptConfig& c);
+// One batch: named tensors, fed to the model's inputs of the same names.
+using Batch = std::map<std::string, Tensor>;
 
-// Tokens and targets of one or more batches: (N, B, T) row-major, N = 1 for one batch.
-struct Batches {
-  std::int64_t N = 1, B = 0, T = 0;
-  std::vector<std::int32_t> tokens, targets;
-  const std::int32_t* tokens_at(std::int64_t n) const { return tokens.data() + n * B * T; }
-  const std::int32_t* targets_at(std::int64_t n) const { return targets.data() + n * B * T; }
-};
-// Reads "tokens" and "targets" ([B, T], or [N, B, T] when `stacked`), I32 or I64, and checks
-// them against the config: T <= block_size, tokens in [0, V), targets in [-1, V), and each
-// batch with at least one target that is not -1. Throws InputError naming the file.
-Batches read_batches(const io::File& f, const dsl::GptConfig& c, bool stacked);
-
-// The model's graph for (B, T) batches with its gradients and two plans: forward+backward
-// (loss, logits, gradients; dropout on when training) and forward only (loss, no dropout).
-class StepRunner {
+// What the build function sees: the graph, the batch's tensors as inputs, the pass.
+class ModelInputs {
  public:
-  StepRunner(const dsl::GptConfig& c, std::int64_t B, std::int64_t T, ParamStore& store, bool training = false,
-             std::uint64_t seed = 0);
-  // Loss of the batch, and the gradients of every parameter (read with grads()).
-  double forward_backward(const std::int32_t* tokens, const std::int32_t* targets);
-  // Loss only (no gradients computed).
-  double loss(const std::int32_t* tokens, const std::int32_t* targets);
-  // (parameter, gradient) pairs of the last forward_backward, in the spec's table order.
-  std::vector<ParamGrad> grads();
-  // Logits (B, T, V) of the last forward_backward.
-  View logits() const;
-  const Graph& graph() const { return g_; }
-  const dsl::Gpt& model() const { return m_; }
-  const Executor& train_plan() const { return *train_; }
-  // The generator of the training plan's dropout masks (a checkpoint carries its state).
-  std::mt19937_64& dropout_rng() { return train_->rng(); }
+  ModelInputs(Graph& g, const Batch& b, bool training) : g_(g), batch_(b), training_(training) {}
+  Graph& graph() { return g_; }
+  // True for the training pass (dropout on), false for evaluation.
+  bool training() const { return training_; }
+  // Whether the batch has a tensor `name` (e.g. targets only when a loss is wanted).
+  bool has(const std::string& name) const { return batch_.count(name) > 0; }
+  // The input `name`, shaped like the batch's tensor (declared at first use).
+  // Throws InputError when the batch has no such tensor, naming the closest it has.
+  dsl::Expr operator[](const std::string& name);
+  // The batch's tensor shape, without declaring an input.
+  const Shape& shape(const std::string& name) const;
 
  private:
-  dsl::GptConfig c_;
-  ParamStore& store_;
-  Graph g_, eval_g_;  // eval_g_: the same model without dropout
-  dsl::Gpt m_, eval_m_;
-  std::vector<NodeId> grads_;
-  std::unique_ptr<Executor> train_, eval_;
+  Graph& g_;
+  const Batch& batch_;
+  bool training_;
+  std::map<std::string, dsl::Expr> declared_;
 };
+
+struct ModelOutputs {
+  dsl::Expr loss;  // scalar f32; may be left empty for inference-only batches (no targets)
+  std::vector<std::pair<std::string, dsl::Expr>> outputs;  // values to read back, by name
+};
+
+using BuildFn = std::function<ModelOutputs(ModelInputs&)>;
+
+// A parameter as declared: name, shape, initializer.
+struct ParamInfo {
+  std::string name;
+  Shape shape;
+};
+
+class Model {
+ public:
+  // `kind` and `options_json` identify the model in checkpoints (a checkpoint of another kind
+  // or other options is refused); `build` declares the graph for a batch.
+  Model(std::string kind, BuildFn build, std::string options_json = "{}");
+  Model(Model&&) noexcept;
+  ~Model();
+
+  const std::string& kind() const { return kind_; }
+  const std::string& options_json() const { return options_json_; }
+  ParamStore& params() { return params_; }
+  const ParamStore& params() const { return params_; }
+
+  // Declares the model for a batch's shapes (if not yet) and returns its parameters in
+  // declaration order. Every batch shape declares the same parameters.
+  const std::vector<ParamInfo>& declare(const Batch& example);
+  const std::vector<ParamInfo>& param_table() const;  // requires declare() or a run first
+  // Creates the parameters not yet in the store from their initializers (seeded by name).
+  void init_params(std::uint64_t seed);
+
+  // The training pass: loss and every parameter's gradient (read with grads()).
+  double forward_backward(const Batch& b);
+  // (parameter, gradient) pairs of the last forward_backward, in declaration order.
+  std::vector<ParamGrad> grads();
+  // The evaluation pass (no dropout): the loss (NaN when the model declared none).
+  double loss(const Batch& b);
+  // The evaluation pass, returning the named outputs (and "loss" when there is one).
+  std::map<std::string, Tensor> evaluate(const Batch& b);
+  // An output of the last forward_backward ("loss" or a named output), without a copy.
+  View train_output(const std::string& name) const;
+
+  // The generator of dropout masks, shared by every plan (a checkpoint carries its state).
+  std::mt19937_64& rng() { return rng_; }
+  // The training plan of the last forward_backward (its arena size, order, profile).
+  Executor& last_train_plan();
+  // Builds a plan's graph without running it: for listings and tests.
+  std::unique_ptr<Graph> graph_for(const Batch& b, bool training, ModelOutputs* outs = nullptr) const;
+
+ private:
+  struct Plan;
+  Plan& plan(const Batch& b, bool training);
+  double run(Plan& p, const Batch& b);
+
+  std::string kind_, options_json_;
+  BuildFn build_;
+  ParamStore params_;
+  std::vector<ParamInfo> table_;
+  bool declared_ = false;
+  std::unique_ptr<Graph> decl_graph_;  // the graph that declared the table (for init_params)
+  std::map<std::string, std::unique_ptr<Plan>> plans_;
+  Plan* last_train_ = nullptr;
+  std::mt19937_64 rng_{0};
+};
+
+// Puts the model's parameters from `tensors` into `store`. Throws InputError naming `source`
+// and listing every missing, unexpected (unless allow_extra) and mis-shaped name, counted
+// past the first few.
+void load_params(ParamStore& store, const std::map<std::string, Tensor>& tensors, const std::vector<ParamInfo>& table,
+                 const std::string& source, bool allow_extra = false);
 
 }  // namespace gg::train

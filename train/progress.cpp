@@ -27,8 +27,8 @@ int digits(std::int64_t n) {
 
 }  // namespace
 
-Progress::Progress(std::int64_t total_steps, std::FILE* out)
-    : total_(total_steps), out_(out), tty_(out && ::isatty(::fileno(out)) == 1),
+Progress::Progress(std::int64_t total_steps, std::FILE* out, std::string unit)
+    : total_(total_steps), out_(out), unit_(std::move(unit)), tty_(out && ::isatty(::fileno(out)) == 1),
       start_(std::chrono::steady_clock::now()) {
   if (total_steps < 1) throw std::invalid_argument(fmt::format("Progress: total_steps is {}, must be >= 1", total_steps));
 }
@@ -55,13 +55,13 @@ std::string Progress::format_rate(double r) {
 }
 
 std::string Progress::format_line(std::int64_t step, std::int64_t total, double loss, double tokens_per_sec,
-                                  double eta_seconds) {
+                                  double eta_seconds, const std::string& unit) {
   std::int64_t shown = std::clamp<std::int64_t>(step, 0, total);
   double frac = total > 0 ? static_cast<double>(shown) / static_cast<double>(total) : 0.0;
   int filled = static_cast<int>(frac * bar_width);
   std::string bar = std::string(filled, '#') + std::string(bar_width - filled, '.');
-  return fmt::format("step {:>{}}/{} [{}] {:3}% | loss {:.4f} | {} tok/s | ETA {}", step, digits(total), total,
-                     bar, static_cast<int>(frac * 100), loss, format_rate(tokens_per_sec),
+  return fmt::format("step {:>{}}/{} [{}] {:3}% | loss {:.4f} | {} {}/s | ETA {}", step, digits(total), total,
+                     bar, static_cast<int>(frac * 100), loss, format_rate(tokens_per_sec), unit,
                      format_duration(eta_seconds));
 }
 
@@ -102,7 +102,7 @@ void Progress::update(std::int64_t step, double loss, double tokens_per_sec) {
   if (!due) return;
   last_draw_ = t;
   double eta = step > 0 ? t * static_cast<double>(total_ - step) / static_cast<double>(step) : -1.0;
-  draw(format_line(step, total_, loss, tokens_per_sec, eta));
+  draw(format_line(step, total_, loss, tokens_per_sec, eta, unit_));
 }
 
 void Progress::finish() {
@@ -111,7 +111,7 @@ void Progress::finish() {
   if (!out_) return;
   double t = elapsed();
   double eta = step_ > 0 ? t * static_cast<double>(total_ - step_) / static_cast<double>(step_) : -1.0;
-  std::string line = format_line(step_, total_, loss_, rate_, eta);
+  std::string line = format_line(step_, total_, loss_, rate_, eta, unit_);
   if (tty_) fmt::print(out_, "\r{}\x1b[K\n", line);
   else if (!shown_) fmt::print(out_, "{}\n", line);
   fmt::print(out_, "done: {}/{} steps in {}\n", step_, total_, format_duration(t));

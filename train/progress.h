@@ -16,7 +16,7 @@ class Progress {
 public:
   // Requires total_steps >= 1 (throws std::invalid_argument otherwise). The clock for the
   // ETA starts here. `out` must outlive the Progress; nullptr makes it silent.
-  explicit Progress(std::int64_t total_steps, std::FILE* out = stderr);
+  explicit Progress(std::int64_t total_steps, std::FILE* out = stderr, std::string unit = "tok");
   // Calls finish() if it was not called, so the terminal line is always ended.
   ~Progress();
   Progress(const Progress&) = delete;
@@ -33,8 +33,9 @@ public:
   void finish();
 
   // The text of one progress line (no '\r' or '\n'); eta_seconds < 0 or NaN shows "--".
+  // `unit` names what the rate counts ("tok" for tokens/s, "ex" for examples/s).
   static std::string format_line(std::int64_t step, std::int64_t total_steps, double loss,
-                                 double tokens_per_sec, double eta_seconds);
+                                 double tokens_per_sec, double eta_seconds, const std::string& unit = "tok");
   // "45s", "3m12s", "1h02m"; "--" for a negative or non-finite value.
   static std::string format_duration(double seconds);
   // "950", "15.2k", "1.35M".
@@ -46,6 +47,7 @@ private:
 
   std::int64_t total_;
   std::FILE* out_;
+  std::string unit_;
   bool tty_;
   bool finished_ = false;
   std::chrono::steady_clock::time_point start_;

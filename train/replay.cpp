@@ -21,16 +21,15 @@ void ReplayOptions::validate() const {
   if (!(clip >= 0)) throw InputError(fmt::format("--clip must be >= 0 (0 = off), got {}", clip));
 }
 
-ReplayResult replay(const dsl::GptConfig& c, ParamStore& params, const Batches& b, const ReplayOptions& o) {
+ReplayResult replay(Model& m, const std::vector<Batch>& batches, const ReplayOptions& o) {
   o.validate();
   std::unique_ptr<Optimizer> opt;
   if (o.optimizer == "sgd") opt = std::make_unique<Sgd>(o.momentum);
   else opt = std::make_unique<AdamW>(AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
-  StepRunner r(c, b.B, b.T, params);
   ReplayResult res;
-  for (std::int64_t n = 0; n < b.N; ++n) {
-    res.losses.push_back(float(r.forward_backward(b.tokens_at(n), b.targets_at(n))));
-    std::vector<ParamGrad> pg = r.grads();
+  for (const Batch& b : batches) {
+    res.losses.push_back(float(m.forward_backward(b)));
+    std::vector<ParamGrad> pg = m.grads();
     res.grad_norms.push_back(float(clip_grad_norm(pg, o.clip)));
     opt->step(pg, o.lr);
   }

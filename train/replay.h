@@ -1,4 +1,4 @@
-// Replay (spec/reference-model.md, "Training step"): N optimizer steps on given batches
+// Replay (docs/reference-model.md, "Training step"): N optimizer steps on given batches
 // with a constant learning rate, recording each step's loss and pre-clip gradient norm.
 // Shared by `gradgraph replay` and the agreement tests.
 #pragma once
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "train/model.h"
+#include "train/error.h"
 
 namespace gg::train {
 
@@ -23,7 +24,7 @@ struct ReplayResult {
   std::vector<float> grad_norms;  // (N): gradient norm before clipping
 };
 
-// Runs the steps, updating `params` in place.
-ReplayResult replay(const dsl::GptConfig& c, ParamStore& params, const Batches& b, const ReplayOptions& o);
+// Runs one step per batch on any model, updating its parameters in place.
+ReplayResult replay(Model& m, const std::vector<Batch>& batches, const ReplayOptions& o);
 
 }  // namespace gg::train

@@ -1,4 +1,4 @@
-// run_training(): data, model, optimizer, the step loop, evaluation and the reports.
+// fit(): the step loop, evaluation, checkpoints, curves and the report, for any model.
 #include "train/trainer.h"
 
 #include <fmt/format.h>
@@ -6,236 +6,199 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 
-#include "autodiff/optim.h"
 #include "train/checkpoint.h"
-#include "train/config.h"
-#include "train/data.h"
-#include "train/model.h"
 #include "train/plot.h"
 #include "train/progress.h"
 
-#ifndef GG_SOURCE_DIR
-#define GG_SOURCE_DIR "."
-#endif
-
 namespace gg::train {
 
-using nlohmann::json;
-
-// Every option, once: its JSON key and a member pointer. Used by merge_json and to_json.
-#define GG_TRAIN_OPTIONS(X)                                                                                  \
-  X(data) X(out_dir) X(n_layer) X(n_head) X(n_embd) X(block_size) X(bias) X(tie_weights) X(attn_scale)      \
-  X(pos_encoding) X(gelu) X(dropout) X(batch_size) X(steps) X(warmup) X(optimizer) X(lr) X(min_lr) X(beta1)  \
-  X(beta2) X(eps) X(weight_decay) X(momentum) X(clip) X(eval_interval) X(eval_iters) X(final_eval_iters)      \
-  X(sample_tokens) X(temperature) X(top_k) X(seed)
-
-namespace {
-template <class T>
-void read_key(const json& j, const std::string& key, T& into, const std::string& source) {
-  try {
-    if constexpr (std::is_same_v<T, bool>) {
-      if (!j.is_boolean()) throw std::runtime_error("must be true or false");
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      if (!j.is_string()) throw std::runtime_error("must be a string");
-    } else if constexpr (std::is_integral_v<T>) {
-      if (!j.is_number_integer()) throw std::runtime_error("must be an integer");
-    } else {
-      if (!j.is_number()) throw std::runtime_error("must be a number");
-    }
-    into = j.get<T>();
-  } catch (const std::exception& e) {
-    throw InputError(fmt::format("{}: key '{}': {}, got {}", source, key, e.what(), j.dump()));
-  }
-}
-}  // namespace
-
-void TrainOptions::merge_json(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", source, e.what()));
-  }
-  if (!j.is_object()) throw InputError(fmt::format("{}: must be a JSON object of options", source));
-  for (auto& [key, value] : j.items()) {
-    bool found = false;
-#define GG_READ(name)                                  \
-  if (key == #name) {                                  \
-    read_key(value, key, this->name, source);          \
-    found = true;                                      \
-  }
-    GG_TRAIN_OPTIONS(GG_READ)
-#undef GG_READ
-    if (!found) throw InputError(fmt::format("{}: unknown option '{}'", source, key));
-  }
-}
-
-std::string TrainOptions::to_json() const {
-  json j;
-#define GG_WRITE(name) j[#name] = this->name;
-  GG_TRAIN_OPTIONS(GG_WRITE)
-#undef GG_WRITE
-  return j.dump();
-}
-
-void TrainOptions::validate() const {
-  auto bad = [](const std::string& what) { throw InputError(what); };
-  if (steps < 0) bad(fmt::format("--steps must be >= 0, got {}", steps));
-  if (batch_size < 1) bad(fmt::format("--batch-size must be >= 1, got {}", batch_size));
-  if (warmup < 0) bad(fmt::format("--warmup must be >= 0, got {}", warmup));
-  if (!(lr > 0) || !std::isfinite(lr)) bad(fmt::format("--lr must be > 0, got {}", lr));
-  if (!(min_lr >= 0 && min_lr <= lr)) bad(fmt::format("--min-lr must be in [0, lr], got {}", min_lr));
-  if (optimizer != "adamw" && optimizer != "sgd") bad(fmt::format("--optimizer must be adamw or sgd, got '{}'", optimizer));
-  if (!(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1)) bad(fmt::format("--betas must be in [0, 1), got {},{}", beta1, beta2));
-  if (!(eps > 0)) bad(fmt::format("--eps must be > 0, got {}", eps));
-  if (!(weight_decay >= 0)) bad(fmt::format("--weight-decay must be >= 0, got {}", weight_decay));
-  if (!(momentum >= 0 && momentum < 1)) bad(fmt::format("--momentum must be in [0, 1), got {}", momentum));
-  if (!(clip >= 0)) bad(fmt::format("--clip must be >= 0 (0 = off), got {}", clip));
-  if (!(dropout >= 0 && dropout < 1)) bad(fmt::format("--dropout must be in [0, 1), got {}", dropout));
-  if (eval_interval < 1) bad(fmt::format("--eval-interval must be >= 1, got {}", eval_interval));
-  if (eval_iters < 1 || final_eval_iters < 1) bad("--eval-iters and --final-eval-iters must be >= 1");
-  if (pos_encoding != "learned" && pos_encoding != "sinusoidal")
-    bad(fmt::format("--pos-encoding must be learned or sinusoidal, got '{}'", pos_encoding));
-  if (gelu != "erf" && gelu != "tanh") bad(fmt::format("--gelu must be erf or tanh, got '{}'", gelu));
-  if (!(temperature > 0)) bad(fmt::format("--temperature must be > 0, got {}", temperature));
-  if (top_k < 0) bad(fmt::format("--top-k must be >= 0, got {}", top_k));
-  validate_config(model_config(1), "options");
-}
-
-dsl::GptConfig TrainOptions::model_config(std::int64_t vocab_size) const {
-  dsl::GptConfig c;
-  c.vocab_size = vocab_size;
-  c.block_size = block_size;
-  c.n_layer = n_layer;
-  c.n_head = n_head;
-  c.n_embd = n_embd;
-  c.bias = bias;
-  c.pos_encoding = pos_encoding == "sinusoidal" ? dsl::GptConfig::Pos::sinusoidal : dsl::GptConfig::Pos::learned;
-  c.tie_weights = tie_weights;
-  c.gelu = gelu == "tanh" ? dsl::GeluKind::tanh : dsl::GeluKind::erf;
-  c.dropout = float(dropout);
-  c.attn_scale = attn_scale;
-  return c;
-}
-
-std::string default_data_path() {
-  if (std::filesystem::exists("data/tinyshakespeare.txt")) return "data/tinyshakespeare.txt";
-  return std::string(GG_SOURCE_DIR) + "/data/tinyshakespeare.txt";
-}
-
-namespace {
-// Mean loss over `iters` batches drawn from `split` with a fixed seed (same batches each time).
-double evaluate(StepRunner& r, const std::vector<std::int32_t>& split, std::int64_t B, std::int64_t T,
-                std::int64_t iters, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::int32_t> x, y;
-  double total = 0;
-  for (std::int64_t i = 0; i < iters; ++i) {
-    sample_batch(split, B, T, rng, x, y);
-    total += r.loss(x.data(), y.data());
-  }
-  return total / double(iters);
+const OptionTable<TrainOptions>& TrainOptions::table() {
+  using T = TrainOptions;
+  static const OptionTable<T> t{
+      {opt("out_dir", &T::out_dir, "Where checkpoint.safetensors, loss.csv and loss.svg go"),
+       opt("steps", &T::steps, "Optimizer steps").at_least(1),
+       opt("warmup", &T::warmup, "Linear warm-up steps before the cosine decay").at_least(0),
+       choice("optimizer", &T::optimizer, {{"adamw", "adamw"}, {"sgd", "sgd"}}, "adamw or sgd"),
+       opt("lr", &T::lr, "Peak learning rate").above(0).at_most(10),
+       opt("min_lr", &T::min_lr, "Learning rate at the end of the cosine decay").at_least(0).at_most(10),
+       opt("beta1", &T::beta1, "AdamW beta1").at_least(0).below(1),
+       opt("beta2", &T::beta2, "AdamW beta2").at_least(0).below(1),
+       opt("eps", &T::eps, "AdamW epsilon").above(0).at_most(1),
+       opt("weight_decay", &T::weight_decay, "AdamW decoupled weight decay (parameters of 2+ dimensions)")
+           .at_least(0)
+           .at_most(100),
+       opt("momentum", &T::momentum, "SGD momentum").at_least(0).below(1),
+       opt("clip", &T::clip, "Clip the global gradient norm to this (0 = off)").at_least(0),
+       opt("eval_interval", &T::eval_interval, "Steps between evaluations and checkpoints").at_least(1),
+       opt("eval_iters", &T::eval_iters, "Validation batches per evaluation").at_least(1).at_most(1e6),
+       opt("final_eval_iters", &T::final_eval_iters, "Validation batches for the final evaluation").at_least(1).at_most(1e6),
+       opt("seed", &T::seed, "Random seed (weights, data order, dropout)").at_least(0),
+       opt("resume", &T::resume, "Continue from <out_dir>/checkpoint.safetensors"),
+       opt("quiet", &T::quiet, "No progress bar")},
+      [](const T& o) -> std::pair<std::string, std::string> {
+        if (o.min_lr > o.lr) return {"min_lr", fmt::format("{} is above lr = {}", o.min_lr, o.lr)};
+        return {};
+      }};
+  return t;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o) {
   if (o.optimizer == "sgd") return std::make_unique<Sgd>(o.momentum);
   return std::make_unique<AdamW>(AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
 }
+
+double evaluate_loss(Model& m, const DataSource& data, std::int64_t iters) {
+  if (!data.val) return NAN;
+  double total = 0;
+  for (std::int64_t i = 0; i < iters; ++i) total += m.loss(data.val(i));
+  return total / double(iters);
+}
+
+namespace {
+
+std::int64_t batch_items(const DataSource& d, const Batch& b) {
+  if (d.items) return d.items(b);
+  const Shape& s = b.begin()->second.shape();
+  return s.empty() ? 1 : s[0];
+}
+
+Series* series(std::vector<Series>& curves, const std::string& name) {
+  for (Series& s : curves)
+    if (s.name == name) return &s;
+  curves.push_back({name, {}, {}});
+  return &curves.back();
+}
+
+// loss.csv/svg: train and val; metrics.csv/svg: the user's measures, when there are any.
+void write_curves(const std::string& dir, const std::string& title, const std::vector<Series>& curves) {
+  std::vector<Series> loss, metrics;
+  for (const Series& s : curves) (s.name == "train" || s.name == "val" ? loss : metrics).push_back(s);
+  write_csv(dir + "/loss.csv", loss);
+  write_svg(dir + "/loss.svg", title, "step", "loss", loss);
+  if (!metrics.empty()) {
+    write_csv(dir + "/metrics.csv", metrics);
+    write_svg(dir + "/metrics.svg", title, "step", "value", metrics);
+  }
+}
+
+// The data and dropout generators as one line of text, and back.
+std::string rng_text(const std::mt19937_64& data, const std::mt19937_64& dropout) {
+  std::ostringstream s;
+  s << data << ' ' << dropout;
+  return s.str();
+}
+void restore_rngs(const std::string& text, const std::string& path, std::mt19937_64& data, std::mt19937_64& dropout) {
+  std::istringstream s(text);
+  if (!(s >> data >> dropout) || !(s >> std::ws).eof())
+    throw InputError(fmt::format("{}: the RNG state is damaged (expected two mt19937_64 states)", path));
+}
+
 }  // namespace
 
-TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
+FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const RunInfo& info, std::FILE* out) {
   TrainOptions o = opts;
-  o.validate();
-  const std::string data_path = o.data.empty() ? default_data_path() : o.data;
-  CharData data = CharData::load(data_path, o.block_size);
-  dsl::GptConfig cfg = o.model_config(std::int64_t(data.vocab.size()));
+  TrainOptions::table().validate(&o, "training options");
+  if (!data.train) throw InputError("fit: the data source has no training batches");
+  std::mt19937_64 rng(std::uint64_t(o.seed));
+  {
+    std::mt19937_64 probe = rng;  // declares the model without using up the first batch
+    m.declare(data.train(probe));
+  }
   std::filesystem::create_directories(o.out_dir);
   const std::string ck_path = o.out_dir + "/checkpoint.safetensors";
-
-  ParamStore params;
   std::unique_ptr<Optimizer> optim = make_optimizer(o);
-  std::mt19937_64 rng(o.seed);
+  std::vector<Series> curves{{"train", {}, {}}};
   std::int64_t start = 0;
-  std::string rng_state;  // of the checkpoint resumed from
   if (o.resume) {
     Checkpoint ck = load_checkpoint(ck_path);
-    if (ck.vocab != data.vocab)
-      throw InputError(fmt::format("{}: the checkpoint's vocabulary differs from that of {}", ck_path, data_path));
-    if (config_to_json(ck.config) != config_to_json(cfg))
-      throw InputError(fmt::format("{}: the checkpoint's model {} differs from the options' {}", ck_path,
-                                   config_to_json(ck.config), config_to_json(cfg)));
+    if (ck.model_kind != m.kind() || ck.model_options != m.options_json())
+      throw InputError(fmt::format("{}: the checkpoint holds model '{}' {} but this run builds '{}' {}", ck_path,
+                                   ck.model_kind, ck.model_options.substr(0, 120), m.kind(),
+                                   m.options_json().substr(0, 120)));
     if (ck.optimizer != o.optimizer)
       throw InputError(fmt::format("{}: the checkpoint was trained with {}, not {}", ck_path, ck.optimizer, o.optimizer));
     if (ck.step > o.steps)
       throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond --steps {}", ck_path, ck.step, o.steps));
-    params = std::move(ck.params);
+    load_params(m.params(), ck.params, m.param_table(), ck_path);
     optim->load_state(ck.optim_state, ck.step);
-    rng_state = ck.rng_state;
+    restore_rngs(ck.rng_state, ck_path, rng, m.rng());
+    TrainOptions saved;
+    read_json(ck.train_options, ck_path + " (train_options)", {bind(saved)});
+    if (saved.steps != o.steps || saved.warmup != o.warmup || saved.lr != o.lr || saved.min_lr != o.min_lr)
+      fmt::print(out, "note: the learning-rate schedule changes on resume: the checkpoint's is steps {} warmup {} lr {} "
+                      "min_lr {}, this run's steps {} warmup {} lr {} min_lr {}\n",
+                 saved.steps, saved.warmup, saved.lr, saved.min_lr, o.steps, o.warmup, o.lr, o.min_lr);
+    if (!ck.curves.empty()) curves = ck.curves;
     start = ck.step;
     fmt::print(out, "resuming {} at step {}\n", ck_path, start);
+  } else {
+    m.rng().seed(std::uint64_t(o.seed) + 1);
   }
-  StepRunner runner(cfg, o.batch_size, o.block_size, params, /*training=*/true, o.seed);
-  if (o.resume) {
-    // The data RNG, then the dropout RNG (absent from older checkpoints).
-    std::istringstream rs(rng_state);
-    rs >> rng;
-    std::mt19937_64 dropout_rng;
-    if (rs >> dropout_rng) runner.dropout_rng() = dropout_rng;
-  }
-  // Projections into the residual stream start smaller (GPT-2's 1/sqrt(2 n_layer) scaling).
-  params.init_missing(runner.graph(), o.seed);
-  if (start == 0)
-    for (auto& [name, t] : params.all())
-      if (name.ends_with("attn.proj.weight") || name.ends_with("mlp.fc2.weight"))
-        for (float& w : t.fspan()) w *= float(1.0 / std::sqrt(2.0 * double(std::max<std::int64_t>(1, cfg.n_layer))));
+  m.init_params(std::uint64_t(o.seed));  // only parameters not loaded or set by the user
 
-  fmt::print(out, "gradgraph train: {} ({} chars, vocab {}), {} parameters, {} layers x {} heads x {} dims, block {}\n",
-             data_path, data.size, data.vocab.size(), params.count(), cfg.n_layer, cfg.n_head, cfg.n_embd,
-             cfg.block_size);
-  fmt::print(out, "plan: {} nodes, arena {:.1f} MiB (without reuse {:.1f} MiB); {} steps of batch {} with {} lr {}\n",
-             runner.train_plan().order().size(), double(runner.train_plan().arena_bytes()) / (1 << 20),
-             double(runner.train_plan().unshared_bytes()) / (1 << 20), o.steps, o.batch_size, o.optimizer, o.lr);
+  std::int64_t n_params = 0;
+  for (const ParamInfo& p : m.param_table()) n_params += numel(p.shape);
+  fmt::print(out, "gradgraph fit: model '{}', {} parameters in {} tensors; {} steps with {} lr {}\n", m.kind(),
+             n_params, m.param_table().size(), o.steps, o.optimizer, o.lr);
   std::fflush(out);  // before the progress bar (stderr) starts
 
-  // The checkpoint after `step` optimizer steps: weights, optimizer state, both RNGs.
   auto save_at = [&](std::int64_t step) {
-    Checkpoint ck{cfg, data.vocab, params, o.optimizer, optim->state(), step, "", o.to_json()};
-    std::ostringstream rs;
-    rs << rng << ' ' << runner.dropout_rng();
-    ck.rng_state = rs.str();
+    Checkpoint ck{m.kind(), m.options_json(), m.params().all(), o.optimizer, optim->state(), step,
+                  TrainOptions::table().to_json(&o), rng_text(rng, m.rng()), curves, info.metadata};
     save_checkpoint(ck_path, ck);
   };
-  std::vector<train::Series> curves(2);
-  curves[0].name = "train";
-  curves[1].name = "val";
-  Progress progress(o.steps, o.quiet ? nullptr : stderr);
-  std::vector<std::int32_t> x, y;
-  const std::int64_t tokens_per_step = o.batch_size * o.block_size;
+  auto evaluation = [&](std::int64_t step, std::int64_t iters, FitResult& res) {
+    res.final_val_loss = evaluate_loss(m, data, iters);
+    if (data.val) {
+      series(curves, "val")->x.push_back(double(step));
+      series(curves, "val")->y.push_back(res.final_val_loss);
+    }
+    res.metrics = data.metrics ? data.metrics(m) : std::vector<std::pair<std::string, double>>{};
+    for (auto& [name, v] : res.metrics) {
+      series(curves, name)->x.push_back(double(step));
+      series(curves, name)->y.push_back(v);
+    }
+  };
+  auto report = [&](std::int64_t step, const FitResult& res, double ema) {
+    std::string line = fmt::format("step {:>5}: train loss {:.4f}", step, ema);
+    if (data.val) line += fmt::format(", val loss {:.4f}", res.final_val_loss);
+    for (auto& [name, v] : res.metrics) line += fmt::format(", {} {:.4f}", name, v);
+    return line;
+  };
+
+  FitResult res;
+  res.checkpoint = ck_path;
+  Progress progress(o.steps, o.quiet ? nullptr : stderr, data.item_name);
   auto t0 = std::chrono::steady_clock::now();
-  TrainResult res;
-  double ema_loss = NAN;
+  std::int64_t items = 0;
+  double ema = NAN;
   for (std::int64_t step = start; step < o.steps; ++step) {
-    sample_batch(data.train, o.batch_size, o.block_size, rng, x, y);
-    const double loss = runner.forward_backward(x.data(), y.data());
-    if (!std::isfinite(loss)) throw InputError(fmt::format("training diverged: loss is {} at step {}", loss, step));
-    std::vector<ParamGrad> pg = runner.grads();
-    clip_grad_norm(pg, o.clip);
+    Batch b = data.train(rng);
+    const double loss = m.forward_backward(b);
+    std::vector<ParamGrad> pg = m.grads();
+    const double norm = std::isfinite(loss) ? clip_grad_norm(pg, o.clip) : NAN;
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      progress.finish();
+      write_curves(o.out_dir, info.title, curves);
+      const bool have_ck = std::filesystem::exists(ck_path);
+      throw InputError(fmt::format("training diverged at step {}: the {} is {}; {}", step + 1,
+                                   std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss,
+                                   have_ck ? fmt::format("the last good checkpoint is kept in {}", ck_path)
+                                           : std::string("no checkpoint was written before it")));
+    }
     optim->step(pg, cosine_lr(step, o.warmup, o.steps, o.lr, o.min_lr));
-    curves[0].x.push_back(double(step + 1));
-    curves[0].y.push_back(loss);
-    ema_loss = std::isnan(ema_loss) ? loss : 0.9 * ema_loss + 0.1 * loss;
+    items += batch_items(data, b);
+    series(curves, "train")->x.push_back(double(step + 1));
+    series(curves, "train")->y.push_back(loss);
+    ema = std::isnan(ema) ? loss : 0.9 * ema + 0.1 * loss;
     res.final_train_loss = loss;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    progress.update(step + 1, ema_loss, double((step + 1 - start) * tokens_per_step) / std::max(secs, 1e-9));
+    progress.update(step + 1, ema, double(items) / std::max(secs, 1e-9));
     if ((step + 1) % o.eval_interval == 0 && step + 1 < o.steps) {
-      const double val = evaluate(runner, data.val, o.batch_size, o.block_size, o.eval_iters, o.seed + 1);
-      curves[1].x.push_back(double(step + 1));
-      curves[1].y.push_back(val);
-      const std::string line = fmt::format("step {:>5}: train loss {:.4f}, val loss {:.4f}", step + 1, ema_loss, val);
+      evaluation(step + 1, o.eval_iters, res);
+      const std::string line = report(step + 1, res, ema);
       if (o.quiet) {
         fmt::print(out, "{}\n", line);
         std::fflush(out);
@@ -248,27 +211,16 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
   progress.finish();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   res.steps = o.steps - start;
-  res.tokens_per_sec = double(res.steps * tokens_per_step) / std::max(res.seconds, 1e-9);
-  res.final_val_loss = evaluate(runner, data.val, o.batch_size, o.block_size, o.final_eval_iters, o.seed + 1);
-  curves[1].x.push_back(double(o.steps));
-  curves[1].y.push_back(res.final_val_loss);
-
+  res.items_per_sec = double(items) / std::max(res.seconds, 1e-9);
+  evaluation(o.steps, o.final_eval_iters, res);
   save_at(o.steps);
-  write_csv(o.out_dir + "/loss.csv", curves);
-  write_svg(o.out_dir + "/loss.svg", fmt::format("{} on {}", "gradgraph char transformer", data_path), "step",
-            "loss", curves);
-  fmt::print(out, "trained {} steps in {:.1f} s ({:.0f} tokens/s)\n", res.steps, res.seconds, res.tokens_per_sec);
-  fmt::print(out, "wrote {}, {}/loss.csv, {}/loss.svg\n", ck_path, o.out_dir, o.out_dir);
-  fmt::print(out, "val loss {:.4f}\n", res.final_val_loss);
-  if (o.sample_tokens > 0) {
-    SampleOptions so;
-    so.tokens = o.sample_tokens;
-    so.temperature = o.temperature;
-    so.top_k = o.top_k;
-    so.seed = o.seed;
-    res.sample = sample_text(cfg, params, data.vocab, so);
-    fmt::print(out, "--- sample ---\n{}\n--------------\n", res.sample);
-  }
+  write_curves(o.out_dir, info.title, curves);
+  fmt::print(out, "trained {} steps in {:.1f} s ({:.0f} {}/s)\n", res.steps, res.seconds, res.items_per_sec,
+             data.item_name);
+  fmt::print(out, "wrote {}, {}/loss.csv, {}/loss.svg{}\n", ck_path, o.out_dir, o.out_dir,
+             res.metrics.empty() ? "" : fmt::format(", {}/metrics.csv, {}/metrics.svg", o.out_dir, o.out_dir));
+  if (data.val) fmt::print(out, "val loss {:.4f}\n", res.final_val_loss);
+  for (auto& [name, v] : res.metrics) fmt::print(out, "{} {:.4f}\n", name, v);
   std::fflush(out);
   return res;
 }

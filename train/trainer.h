@@ -1,60 +1,87 @@
-// The training job: a character-level model on a text file, AdamW (or SGD) with warm-up
-// and cosine decay, clipping, periodic validation, a progress bar, the loss curve as CSV
-// and SVG, a checkpoint (resumable) and a sample of generated text at the end.
+// The generic trainer: from a model the user declared (train/model.h) and a source of
+// batches to a trained checkpoint. It supplies the loop: AdamW or SGD (no weight decay on
+// 1-D parameters), warm-up and cosine decay, clipping, evaluation on fixed validation
+// batches (of any shape: plans per shape are cached by the model), the user's own metrics,
+// a progress bar, loss and metric curves as CSV and SVG, periodic checkpoints, exact
+// resume, and a final report. A diverging run stops at the first non-finite loss or
+// gradient norm, keeps the last good checkpoint and still writes its curves.
+//
+//   Model m("mlp", build);
+//   DataSource d{.train = [&](std::mt19937_64& rng) { return random_batch(rng); }};
+//   TrainOptions o;  o.steps = 500;  o.out_dir = "runs/mlp";
+//   FitResult r = fit(m, d, o);
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "dsl/gpt.h"
-#include "train/sample.h"
+#include "autodiff/optim.h"
+#include "train/model.h"
+#include "train/options.h"
 
 namespace gg::train {
 
+// The run's options; table() describes each once (flags, JSON, checks, checkpoint).
 struct TrainOptions {
-  std::string data;                 // text file; empty = the bundled tinyshakespeare.txt
-  std::string out_dir = "runs/shakespeare";
-  // model (vocab_size comes from the data)
-  std::int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64;
-  bool bias = true, tie_weights = true, attn_scale = true;
-  std::string pos_encoding = "learned", gelu = "erf";
-  double dropout = 0.0;
-  // optimization
-  std::int64_t batch_size = 12, steps = 2000, warmup = 100;
+  std::string out_dir = "runs/run";   // checkpoint.safetensors, loss.csv, loss.svg
+  std::int64_t steps = 1000, warmup = 100;
   std::string optimizer = "adamw";
   double lr = 1e-3, min_lr = 1e-4, beta1 = 0.9, beta2 = 0.99, eps = 1e-8, weight_decay = 0.1, momentum = 0.9;
-  double clip = 1.0;                // max global grad norm; 0 = off
-  // reporting
-  std::int64_t eval_interval = 250, eval_iters = 20, final_eval_iters = 200;
-  std::int64_t sample_tokens = 300;
-  double temperature = 0.8;
-  int top_k = 0;
-  std::uint64_t seed = 1337;
-  bool resume = false;
-  bool quiet = false;               // no progress bar
-
-  // Reads a JSON object whose keys are option names (as on the command line, with '_');
-  // throws InputError naming an unknown key or a mistyped value.
-  void merge_json(const std::string& json_text, const std::string& source);
-  std::string to_json() const;
-  // Throws InputError naming the first impossible option.
-  void validate() const;
-  dsl::GptConfig model_config(std::int64_t vocab_size) const;
+  double clip = 1.0;                  // max global gradient norm; 0 = off
+  std::int64_t eval_interval = 250;   // steps between evaluations (and checkpoints)
+  std::int64_t eval_iters = 20;       // validation batches per evaluation
+  std::int64_t final_eval_iters = 200;
+  std::int64_t seed = 1337;           // initial weights, data order, dropout
+  bool resume = false;                // continue from <out_dir>/checkpoint.safetensors
+  bool quiet = false;                 // no progress bar (evaluations print as lines)
+  static const OptionTable<TrainOptions>& table();
 };
 
-struct TrainResult {
-  double final_val_loss = 0, final_train_loss = 0;
-  double seconds = 0, tokens_per_sec = 0;
-  std::int64_t steps = 0;
-  std::string sample;
+// Where batches come from. Only `train` is required.
+struct DataSource {
+  // A training batch; all its randomness must come from `rng` (so a resumed run draws the
+  // same batches as an uninterrupted one).
+  std::function<Batch(std::mt19937_64& rng)> train;
+  // The i-th validation batch (the same every evaluation); none: evaluations use nothing.
+  std::function<Batch(std::int64_t i)> val;
+  // The user's own measures at each evaluation and at the end (e.g. accuracy), by name.
+  std::function<std::vector<std::pair<std::string, double>>(Model& m)> metrics;
+  // Items in a batch for the throughput figure (e.g. tokens); default: its first dimension.
+  std::function<std::int64_t(const Batch&)> items;
+  std::string item_name = "ex";       // "tok" for tokens
 };
 
-// Runs the job, printing progress and reports to `out`. Throws InputError on bad input.
-TrainResult run_training(const TrainOptions& o, std::FILE* out = stdout);
+// Also written into the checkpoint and the report.
+struct RunInfo {
+  std::string title = "training";                 // of the loss plot
+  std::map<std::string, std::string> metadata;    // the user's own checkpoint entries
+};
 
-// The bundled data file (data/tinyshakespeare.txt next to the working dir, else the copy
-// in the source tree).
-std::string default_data_path();
+struct FitResult {
+  std::int64_t steps = 0;                         // optimizer steps taken in this call
+  double final_train_loss = NAN, final_val_loss = NAN;
+  std::vector<std::pair<std::string, double>> metrics;  // the last evaluation's
+  double seconds = 0, items_per_sec = 0;
+  std::string checkpoint;                         // its path
+};
+
+// Trains `m` (parameters created from their initializers with o.seed unless resumed or
+// already in m.params()), printing progress and reports to `out`. Throws InputError on bad
+// options or a checkpoint that does not fit, and on divergence (after saving the curves).
+FitResult fit(Model& m, const DataSource& data, const TrainOptions& o, const RunInfo& info = {},
+              std::FILE* out = stdout);
+
+// The optimizer a run's options ask for.
+std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o);
+
+// Mean loss of the model over validation batches 0..iters-1 (evaluation pass).
+double evaluate_loss(Model& m, const DataSource& data, std::int64_t iters);
 
 }  // namespace gg::train

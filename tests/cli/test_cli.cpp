@@ -1,5 +1,5 @@
 // Tests of the `gradgraph` program as a user runs it: help, the grad/replay output files of
-// spec/reference-model.md, and every mistake ending in exactly one line on stderr,
+// docs/reference-model.md, and every mistake ending in exactly one line on stderr,
 // "gradgraph: error: ...", naming the thing, with a non-zero exit status.
 #include <doctest/doctest.h>
 

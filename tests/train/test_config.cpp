@@ -1,4 +1,4 @@
-// Tests for train/config (the model config JSON of spec/reference-model.md) and the
+// Tests for train/config (the model config JSON of docs/reference-model.md) and the
 // validation of train::TrainOptions: every refusal is an InputError naming the key.
 #include "train/config.h"
 

@@ -1,6 +1,6 @@
 // Tests for train/model: weights files checked against the config's parameter table (all
 // problems in one message), batches checked against the config, and the parameter table
-// itself against spec/reference-model.md.
+// itself against docs/reference-model.md.
 #include "train/model.h"
 
 #include <doctest/doctest.h>
@@ -213,7 +213,7 @@ TEST_CASE("gpt_param_shapes matches the spec's table") {
   c.n_embd = 6;
   const std::int64_t V = 11, D = 6, BS = 7;
 
-  // The table written out from spec/reference-model.md.
+  // The table written out from docs/reference-model.md.
   auto expected = [&](bool bias, bool tied, bool learned) {
     std::vector<std::pair<std::string, Shape>> p;
     p.push_back({"tok_emb.weight", {V, D}});

@@ -1,0 +1,189 @@
+// The char-LM job on the generic trainer: data source, vocabulary metadata, sampling.
+#include "models/char_lm.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "train/data.h"
+
+namespace gg::models {
+
+using train::InputError;
+
+const train::OptionTable<CharLmOptions>& CharLmOptions::table() {
+  using O = CharLmOptions;
+  using train::opt;
+  static const train::OptionTable<O> t{
+      {opt("data", &O::data, "Text file to train on (default: the bundled tinyshakespeare.txt)"),
+       opt("batch_size", &O::batch_size, "Sequences per step").at_least(1).at_most(1 << 20),
+       opt("sample_tokens", &O::sample_tokens, "Characters to generate at the end").at_least(0).at_most(1 << 20),
+       opt("temperature", &O::temperature, "Sampling temperature").above(0).at_most(100),
+       opt("top_k", &O::top_k, "Sample among the k likeliest (0 = all)").at_least(0).at_most(1 << 24)}};
+  return t;
+}
+
+train::TrainOptions char_lm_train_defaults() {
+  train::TrainOptions t;
+  t.out_dir = "runs/shakespeare";
+  t.steps = 2000;
+  t.warmup = 100;
+  t.lr = 1e-3;
+  t.min_lr = 1e-4;
+  t.beta2 = 0.99;
+  t.weight_decay = 0.1;
+  t.clip = 1.0;
+  t.eval_interval = 250;
+  t.eval_iters = 20;
+  t.final_eval_iters = 200;
+  return t;
+}
+
+std::string default_text_path() {
+  if (std::filesystem::exists("data/tinyshakespeare.txt")) return "data/tinyshakespeare.txt";
+  return std::string(GG_SOURCE_DIR) + "/data/tinyshakespeare.txt";
+}
+
+namespace {
+std::string vocab_json(const std::string& vocab) {
+  std::string s = "[";
+  for (unsigned char ch : vocab) s += fmt::format("{}{}", s.size() > 1 ? "," : "", int(ch));
+  return s + "]";
+}
+std::string vocab_from_json(const std::string& text, const std::string& path) {
+  std::string v;
+  auto bad = [&] { return InputError(fmt::format("{}: the vocabulary metadata is damaged", path)); };
+  if (text.size() < 2 || text.front() != '[' || text.back() != ']') throw bad();
+  std::size_t i = 1;
+  while (i < text.size() - 1) {
+    int x = 0, digits = 0;
+    while (i < text.size() - 1 && std::isdigit(static_cast<unsigned char>(text[i])) && digits < 4)
+      x = x * 10 + (text[i++] - '0'), ++digits;
+    if (digits == 0 || x > 255) throw bad();
+    v.push_back(char(x));
+    if (i < text.size() - 1 && text[i++] != ',') throw bad();
+  }
+  return v;
+}
+}  // namespace
+
+CharLmResult run_char_lm(const CharLmOptions& opts, GptConfig model, const train::TrainOptions& t, std::FILE* out) {
+  CharLmOptions o = opts;
+  CharLmOptions::table().validate(&o, "options");
+  const std::string path = o.data.empty() ? default_text_path() : o.data;
+  train::CharData data = train::CharData::load(path, model.block_size);
+  model.vocab_size = std::int64_t(data.vocab.size());
+  train::Model m = gpt_model(model);
+  const std::int64_t B = o.batch_size, T = model.block_size;
+
+  auto batch = [&](const std::vector<std::int32_t>& split, std::mt19937_64& rng) {
+    std::vector<std::int32_t> x, y;
+    train::sample_batch(split, B, T, rng, x, y);
+    return train::Batch{{"tokens", Tensor::i32({B, T}, x)}, {"targets", Tensor::i32({B, T}, y)}};
+  };
+  // Validation batches: the i-th of a fixed sequence, drawn once and kept.
+  std::vector<train::Batch> val;
+  std::mt19937_64 val_rng(std::uint64_t(t.seed) + 1);
+  train::DataSource src;
+  src.train = [&](std::mt19937_64& rng) { return batch(data.train, rng); };
+  src.val = [&](std::int64_t i) {
+    while (std::int64_t(val.size()) <= i) val.push_back(batch(data.val, val_rng));
+    return val[std::size_t(i)];
+  };
+  src.items = [](const train::Batch& b) { return numel(b.at("tokens").shape()); };
+  src.item_name = "tok";
+
+  fmt::print(out, "gradgraph train: {} ({} chars, vocab {}), {} layers x {} heads x {} dims, block {}, batch {}\n", path,
+             data.size, data.vocab.size(), model.n_layer, model.n_head, model.n_embd, model.block_size, B);
+  train::RunInfo info;
+  info.title = fmt::format("gradgraph char transformer on {}", std::filesystem::path(path).filename().string());
+  info.metadata["vocab"] = vocab_json(data.vocab);
+  info.metadata["job"] = "char_lm";
+  {
+    train::Checkpoint probe;  // a resumed run must see the same vocabulary
+    const std::string ck_path = t.out_dir + "/checkpoint.safetensors";
+    if (t.resume && std::filesystem::exists(ck_path)) {
+      probe = train::load_checkpoint(ck_path);
+      if (probe.user["vocab"] != info.metadata["vocab"])
+        throw InputError(fmt::format("{}: the checkpoint's vocabulary differs from that of {}", ck_path, path));
+    }
+  }
+  CharLmResult r;
+  r.fit = train::fit(m, src, t, info, out);
+  if (o.sample_tokens > 0) {
+    SampleOptions so;
+    so.tokens = o.sample_tokens;
+    so.temperature = o.temperature;
+    so.top_k = o.top_k;
+    so.seed = std::uint64_t(t.seed);
+    r.sample = sample_text(model, m.params(), data.vocab, so);
+    fmt::print(out, "--- sample ---\n{}\n--------------\n", r.sample);
+    std::fflush(out);
+  }
+  return r;
+}
+
+CharLmCheckpoint load_char_lm(const std::string& path) {
+  train::Checkpoint ck = train::load_checkpoint(path);
+  if (ck.model_kind != "gpt" || !ck.user.count("vocab"))
+    throw InputError(fmt::format("{}: not a character-model checkpoint (model '{}', {})", path, ck.model_kind,
+                                 ck.user.count("vocab") ? "with a vocabulary" : "no vocabulary"));
+  CharLmCheckpoint c;
+  c.config = parse_gpt_config(ck.model_options, path + " (model_options)");
+  c.vocab = vocab_from_json(ck.user["vocab"], path);
+  if (std::int64_t(c.vocab.size()) != c.config.vocab_size)
+    throw InputError(fmt::format("{}: vocab has {} entries but vocab_size is {}", path, c.vocab.size(), c.config.vocab_size));
+  train::load_params(c.params, ck.params, gpt_params(c.config), path);
+  return c;
+}
+
+std::string sample_text(const GptConfig& c, const ParamStore& store, const std::string& vocab, const SampleOptions& o) {
+  if (!(o.temperature > 0) || !std::isfinite(o.temperature))
+    throw InputError(fmt::format("--temperature must be > 0, got {}", o.temperature));
+  if (o.top_k < 0) throw InputError(fmt::format("--top-k must be >= 0, got {}", o.top_k));
+  if (o.tokens < 0 || o.tokens > (1 << 24)) throw InputError(fmt::format("--tokens must be in [0, 16777216], got {}", o.tokens));
+  train::CharData d;
+  d.vocab = vocab;
+  std::vector<std::int32_t> ids;
+  try {
+    ids = d.encode(o.prompt);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("--prompt: {}", e.what()));
+  }
+  if (ids.empty()) ids.push_back(0);
+  const std::int64_t T = c.block_size, V = c.vocab_size;
+  Graph g;
+  Gpt m = build_gpt(g, c, 1, T, /*with_loss=*/false, /*training=*/false);
+  ParamStore params = store;
+  Executor ex(g, {m.logits.id}, params);
+  std::mt19937_64 rng(o.seed);
+  std::vector<std::int32_t> window(static_cast<std::size_t>(T), 0);
+  std::vector<double> p(static_cast<std::size_t>(V));
+  for (std::int64_t step = 0; step < o.tokens; ++step) {
+    // The causal mask lets position len-1 see only the real tokens before it.
+    const std::int64_t len = std::min<std::int64_t>(T, std::int64_t(ids.size()));
+    std::fill(window.begin(), window.end(), 0);
+    std::copy(ids.end() - len, ids.end(), window.begin());
+    ex.set_input("tokens", std::span<const std::int32_t>(window));
+    ex.run();
+    const float* logits = ex.value(m.logits.id).f() + (len - 1) * V;  // logits: (V)
+    double mx = -INFINITY;
+    for (std::int64_t v = 0; v < V; ++v) mx = std::max(mx, double(logits[v]) / o.temperature);
+    for (std::int64_t v = 0; v < V; ++v) p[std::size_t(v)] = std::exp(double(logits[v]) / o.temperature - mx);
+    if (o.top_k > 0 && o.top_k < V) {
+      std::vector<double> sorted = p;
+      std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<>());
+      const double kth = sorted[std::size_t(o.top_k - 1)];
+      for (double& x : p)
+        if (x < kth) x = 0;
+    }
+    std::discrete_distribution<std::int32_t> pick(p.begin(), p.end());
+    ids.push_back(pick(rng));
+  }
+  return o.prompt + d.decode(std::vector<std::int32_t>(ids.end() - o.tokens, ids.end()));
+}
+
+}  // namespace gg::models

@@ -1,0 +1,64 @@
+// The main job: the reference GPT as a character-level language model on a text file,
+// trained by the generic trainer. The vocabulary (the text's distinct bytes) travels in the
+// checkpoint's user metadata, so `sample` needs nothing but the checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "models/gpt.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace gg::models {
+
+// The job's own options (the model's are GptConfig's, the run's TrainOptions').
+struct CharLmOptions {
+  std::string data;                  // text file; empty = the bundled tinyshakespeare.txt
+  std::int64_t batch_size = 12;
+  std::int64_t sample_tokens = 300;  // generated at the end
+  double temperature = 0.8;
+  std::int64_t top_k = 0;
+  static const train::OptionTable<CharLmOptions>& table();
+};
+
+// The defaults of the main job: GptConfig's and these (4 layers, 128 wide, context 64,
+// batch 12, 2000 steps of AdamW 1e-3, warm-up 100, cosine to 1e-4, clip 1.0, beta2 0.99,
+// weight decay 0.1, out_dir runs/shakespeare).
+train::TrainOptions char_lm_train_defaults();
+
+struct CharLmResult {
+  train::FitResult fit;
+  std::string sample;
+};
+
+// Trains on o.data (vocab_size of `model` is replaced by the data's), then samples.
+CharLmResult run_char_lm(const CharLmOptions& o, GptConfig model, const train::TrainOptions& t,
+                         std::FILE* out = stdout);
+
+struct SampleOptions {
+  std::string prompt = "\n";
+  double temperature = 0.8;  // > 0
+  std::int64_t top_k = 0;    // 0 = all tokens
+  std::int64_t tokens = 300;
+  std::uint64_t seed = 1337;
+};
+
+// The prompt followed by the generated characters: the last block_size tokens go in, the
+// next token is drawn from softmax(logits / temperature), optionally among the top k.
+// Throws InputError for a prompt character outside the vocabulary or bad options.
+std::string sample_text(const GptConfig& c, const ParamStore& params, const std::string& vocab, const SampleOptions& o);
+
+// A char-LM checkpoint's model, weights and vocabulary; throws InputError naming the file.
+struct CharLmCheckpoint {
+  GptConfig config;
+  ParamStore params;
+  std::string vocab;
+};
+CharLmCheckpoint load_char_lm(const std::string& path);
+
+// The bundled text (found like every bundled data file: see train/data_path.h).
+std::string default_text_path();
+
+}  // namespace gg::models

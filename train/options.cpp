@@ -1,0 +1,263 @@
+// Option tables: checking values, JSON in and out, command-line text.
+#include "train/options.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace gg::train {
+
+using nlohmann::json;
+
+namespace {
+// A value cut short for a message.
+std::string cut(std::string s, std::size_t max = 60) {
+  if (s.size() > max) s = s.substr(0, max) + "...";
+  return s;
+}
+std::string number_text(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", std::int64_t(v));
+  return fmt::format("{}", v);
+}
+}  // namespace
+
+double shortest_double(float x) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  double d = x;
+  std::from_chars(buf, end, d);
+  return d;
+}
+
+std::string to_text(const OptionValue& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string>) return x;
+        else return fmt::format("{}", x);
+      },
+      v);
+}
+
+std::string Option::describe() const {
+  switch (kind) {
+    case Kind::boolean: return "true or false";
+    case Kind::text: return "a string";
+    case Kind::choice: return fmt::format("one of {}", fmt::join(choices, ", "));
+    default: break;
+  }
+  const bool has_lo = std::isfinite(lo) && lo > -9.0e15, has_hi = std::isfinite(hi) && hi < 9.0e15 && hi < 1e30;
+  const std::string what = kind == Kind::integer ? "an integer" : "a number";
+  if (has_lo && has_hi)
+    return fmt::format("{} in {}{}, {}{}", what, lo_open ? "(" : "[", number_text(lo), number_text(hi), hi_open ? ")" : "]");
+  if (has_lo) return fmt::format("{} {} {}", what, lo_open ? ">" : ">=", number_text(lo));
+  if (has_hi) return fmt::format("{} {} {}", what, hi_open ? "<" : "<=", number_text(hi));
+  return what;
+}
+
+std::string Option::problem(const OptionValue& v) const {
+  auto must = [&](const std::string& got) { return fmt::format("must be {}, got {}", describe(), cut(got)); };
+  switch (kind) {
+    case Kind::boolean:
+      return std::holds_alternative<bool>(v) ? "" : must(to_text(v));
+    case Kind::text:
+      return std::holds_alternative<std::string>(v) ? "" : must(to_text(v));
+    case Kind::choice: {
+      if (!std::holds_alternative<std::string>(v)) return must(to_text(v));
+      for (auto& c : choices)
+        if (c == std::get<std::string>(v)) return "";
+      return must(fmt::format("'{}'", std::get<std::string>(v)));
+    }
+    case Kind::integer:
+    case Kind::number: {
+      double x;
+      if (kind == Kind::integer) {
+        if (!std::holds_alternative<std::int64_t>(v)) return must(to_text(v));
+        x = double(std::get<std::int64_t>(v));
+      } else {
+        if (std::holds_alternative<std::int64_t>(v)) x = double(std::get<std::int64_t>(v));
+        else if (std::holds_alternative<double>(v)) x = std::get<double>(v);
+        else return must(to_text(v));
+        if (!std::isfinite(x)) return must(to_text(v));
+      }
+      const bool low = lo_open ? !(x > lo) : !(x >= lo), high = hi_open ? !(x < hi) : !(x <= hi);
+      return low || high ? must(to_text(v)) : "";
+    }
+  }
+  return "";
+}
+
+OptionValue Option::parse_text(const std::string& text) const {
+  auto bad = [&] {
+    return InputError(fmt::format("{}: must be {}, got '{}'", flag_name(name), describe(), cut(text)));
+  };
+  OptionValue v;
+  switch (kind) {
+    case Kind::boolean:
+      if (text == "true" || text == "1" || text == "on" || text == "yes") v = true;
+      else if (text == "false" || text == "0" || text == "off" || text == "no") v = false;
+      else throw bad();
+      break;
+    case Kind::integer: {
+      std::int64_t x = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+      if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) throw bad();
+      v = x;
+      break;
+    }
+    case Kind::number: {
+      double x = 0;
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), x);
+      if (ec != std::errc{} || end != text.data() + text.size() || text.empty()) throw bad();
+      v = x;
+      break;
+    }
+    default:
+      v = text;
+  }
+  if (std::string p = problem(v); !p.empty()) throw InputError(fmt::format("{}: {}", flag_name(name), p));
+  if (kind == Kind::number && std::holds_alternative<std::int64_t>(v)) v = double(std::get<std::int64_t>(v));
+  return v;
+}
+
+OptionList::OptionList(std::vector<Option> options, std::function<std::pair<std::string, std::string>(const void*)> check)
+    : options_(std::move(options)), check_(std::move(check)) {}
+
+const Option* OptionList::find(const std::string& name) const {
+  for (const Option& o : options_)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+void OptionList::validate(const void* s, const std::string& source) const {
+  for (const Option& o : options_)
+    if (std::string p = o.problem(o.get(s)); !p.empty())
+      throw InputError(fmt::format("{}: key '{}': {}", source, o.name, p));
+  if (check_) {
+    auto [key, problem] = check_(s);
+    if (!problem.empty()) throw InputError(fmt::format("{}: key '{}': {}", source, key, problem));
+  }
+}
+
+std::string OptionList::to_json(const void* s) const {
+  json j = json::object();
+  for (const Option& o : options_) {
+    OptionValue v = o.get(s);
+    std::visit([&](const auto& x) { j[o.name] = x; }, v);
+  }
+  return j.dump();
+}
+
+namespace {
+// JSON value -> option value of the kind asked for, or the problem.
+OptionValue from_json(const json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(INT64_MAX)) return double(v.get<std::uint64_t>());
+    return v.get<std::int64_t>();
+  }
+  if (v.is_number()) return v.get<double>();
+  if (v.is_string()) return v.get<std::string>();
+  return std::string("\x01") + v.dump();  // not a scalar: no kind accepts it
+}
+}  // namespace
+
+void read_json(const std::string& text, const std::string& source, const std::vector<BoundOptions>& sets,
+               bool require_all) {
+  // Duplicate keys are refused while parsing: one set of keys per open object.
+  std::vector<std::set<std::string>> open;
+  std::string duplicate;
+  json j;
+  try {
+    j = json::parse(text, [&](int depth, json::parse_event_t ev, json& parsed) {
+      if (depth > 32) throw std::runtime_error("nested deeper than 32 levels");
+      if (ev == json::parse_event_t::object_start) open.emplace_back();
+      else if (ev == json::parse_event_t::object_end) open.pop_back();
+      else if (ev == json::parse_event_t::key && !open.empty() && !open.back().insert(parsed.get<std::string>()).second &&
+               duplicate.empty())
+        duplicate = parsed.get<std::string>();
+      return true;
+    });
+  } catch (const std::exception& e) {
+    throw InputError(fmt::format("{}: not valid JSON: {}", source, cut(e.what(), 160)));
+  }
+  if (!duplicate.empty()) throw InputError(fmt::format("{}: key '{}' appears twice", source, cut(duplicate)));
+  if (!j.is_object()) throw InputError(fmt::format("{}: must be a JSON object of options", source));
+  std::vector<std::string> known;
+  for (const BoundOptions& b : sets)
+    for (const Option& o : b.list->options()) known.push_back(o.name);
+  for (auto& [key, value] : j.items()) {
+    const Option* opt = nullptr;
+    void* target = nullptr;
+    for (const BoundOptions& b : sets)
+      if ((opt = b.list->find(key))) {
+        target = b.target;
+        break;
+      }
+    if (!opt) {
+      const std::string near = closest(key, known);
+      throw InputError(fmt::format("{}: unknown key '{}'{}", source, cut(key),
+                                   near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near)));
+    }
+    OptionValue v = from_json(value);
+    if (std::string p = opt->problem(v); !p.empty()) {
+      if (std::holds_alternative<std::string>(v) && std::get<std::string>(v).starts_with("\x01"))
+        p = fmt::format("must be {}, got {}", opt->describe(), cut(value.dump()));
+      throw InputError(fmt::format("{}: key '{}': {}", source, key, p));
+    }
+    if (opt->kind == Option::Kind::number && std::holds_alternative<std::int64_t>(v)) v = double(std::get<std::int64_t>(v));
+    opt->set(target, v);
+  }
+  if (require_all)
+    for (const BoundOptions& b : sets)
+      for (const Option& o : b.list->options())
+        if (!o.optional_in_json && !j.contains(o.name))
+          throw InputError(fmt::format("{}: missing key '{}' ({})", source, o.name, o.describe()));
+  for (const BoundOptions& b : sets) b.list->validate(b.target, source);
+}
+
+void read_json(const std::string& text, const std::string& source, std::initializer_list<BoundOptions> sets,
+               bool require_all) {
+  read_json(text, source, std::vector<BoundOptions>(sets), require_all);
+}
+
+void set_from_text(const std::vector<BoundOptions>& sets, const std::string& name, const std::string& text) {
+  for (const BoundOptions& b : sets)
+    if (const Option* o = b.list->find(name)) {
+      o->set(b.target, o->parse_text(text));
+      return;
+    }
+  throw InputError(fmt::format("unknown option {}", flag_name(name)));
+}
+
+std::string flag_name(const std::string& option_name) {
+  std::string f = "--" + option_name;
+  for (char& c : f)
+    if (c == '_') c = '-';
+  return f;
+}
+
+std::string closest(const std::string& name, const std::vector<std::string>& known) {
+  std::string best;
+  if (name.size() > 200) return best;
+  std::size_t best_d = std::max<std::size_t>(2, name.size() / 3) + 1;
+  for (const std::string& k : known) {
+    // Levenshtein distance, two rows.
+    std::vector<std::size_t> prev(k.size() + 1), cur(k.size() + 1);
+    for (std::size_t j = 0; j <= k.size(); ++j) prev[j] = j;
+    for (std::size_t i = 1; i <= name.size(); ++i) {
+      cur[0] = i;
+      for (std::size_t j = 1; j <= k.size(); ++j)
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (name[i - 1] == k[j - 1] ? 0 : 1)});
+      std::swap(prev, cur);
+    }
+    if (prev[k.size()] < best_d) best_d = prev[k.size()], best = k;
+  }
+  return best;
+}
+
+}  // namespace gg::train
