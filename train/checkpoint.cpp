@@ -95,16 +95,23 @@ Checkpoint load_checkpoint(const std::string& path) {
   return ck;
 }
 
-std::map<std::string, Tensor> read_tensors(const std::string& path) {
+std::map<std::string, Tensor> tensors_of(const io::File& f) {
   std::map<std::string, Tensor> r;
   try {
-    io::File f = io::read_safetensors(path);
     for (auto& [name, e] : f.tensors)
       r.emplace(name, e.dtype == io::DType::f32 ? Tensor::f32(e.shape, e.to_f32()) : Tensor::i32(e.shape, e.to_i32()));
   } catch (const io::Error& e) {
     throw InputError(e.what());
   }
   return r;
+}
+
+std::map<std::string, Tensor> read_tensors(const std::string& path) {
+  try {
+    return tensors_of(io::read_safetensors(path));
+  } catch (const io::Error& e) {
+    throw InputError(e.what());
+  }
 }
 
 }  // namespace gg::train

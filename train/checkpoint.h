@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "io/safetensors.h"
 #include "ops/tensor.h"
 #include "train/error.h"
 #include "train/plot.h"
@@ -34,7 +35,9 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck);
 // Throws InputError naming the file for anything missing or inconsistent.
 Checkpoint load_checkpoint(const std::string& path);
 
-// Every tensor of a weights file (F32 and I32) by name, for load_params; throws InputError.
+// Every tensor of a weights file (F32 and I32; I64 as I32 when it fits) by name, for
+// load_params; throws InputError.
 std::map<std::string, Tensor> read_tensors(const std::string& path);
+std::map<std::string, Tensor> tensors_of(const io::File& f);
 
 }  // namespace gg::train

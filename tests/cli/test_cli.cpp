@@ -12,7 +12,7 @@
 
 #include "io/safetensors.h"
 #include "run_cli.h"
-#include "train/config.h"
+#include "models/gpt.h"
 
 using namespace gg_cli_test;
 
@@ -170,8 +170,8 @@ TEST_CASE("cli: grad writes loss, logits and every gradient") {
   REQUIRE(r.status == 0);
   CHECK(r.err.empty());
   const gg::io::File f = gg::io::read_safetensors(out);
-  const gg::dsl::GptConfig c = gg::train::load_config(golden("ref_basic.config.json"));
-  const auto table = gg::dsl::gpt_param_shapes(c);
+  const gg::models::GptConfig c = gg::models::load_gpt_config(golden("ref_basic.config.json"));
+  const auto table = gg::models::gpt_params(c);
   CHECK(f.tensors.size() == 2 + table.size());
   REQUIRE(f.find("loss"));
   CHECK(f.at("loss").dtype == gg::io::DType::f32);
@@ -197,8 +197,8 @@ TEST_CASE("cli: replay writes every parameter, losses and grad_norms") {
   REQUIRE(r.status == 0);
   CHECK(r.err.empty());
   const gg::io::File f = gg::io::read_safetensors(out);
-  const gg::dsl::GptConfig c = gg::train::load_config(golden("ref_basic.config.json"));
-  const auto table = gg::dsl::gpt_param_shapes(c);
+  const gg::models::GptConfig c = gg::models::load_gpt_config(golden("ref_basic.config.json"));
+  const auto table = gg::models::gpt_params(c);
   CHECK(f.tensors.size() == 2 + table.size());
   for (auto& [name, shape] : table) {
     INFO(name);

@@ -13,7 +13,7 @@
 
 #include "io/safetensors.h"
 #include "run_cli.h"
-#include "train/config.h"
+#include "models/gpt.h"
 
 using namespace gg_cli_test;
 
@@ -67,8 +67,8 @@ double check_replay(const std::string& spec_file) {
     }
   }
 
-  const gg::dsl::GptConfig c = gg::train::load_config(golden(j.at("config").get<std::string>()));
-  const auto table = gg::dsl::gpt_param_shapes(c);
+  const gg::models::GptConfig c = gg::models::load_gpt_config(golden(j.at("config").get<std::string>()));
+  const auto table = gg::models::gpt_params(c);
   CHECK(got.tensors.size() == table.size() + 2);
   for (auto& [name, shape] : table) {
     INFO(name);

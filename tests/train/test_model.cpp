@@ -1,264 +1,146 @@
-// Tests for train/model: weights files checked against the config's parameter table (all
-// problems in one message), batches checked against the config, and the parameter table
-// itself against docs/reference-model.md.
+// Tests for train/model: a model is the user's build function; plans per batch shape are
+// built once and cached; the parameter table comes from declaring the model; mistakes in
+// the build function or the batch are one-line InputErrors; load_params lists every
+// mismatch, counted past the first few.
 #include "train/model.h"
 
 #include <doctest/doctest.h>
 
-#include "tests/test_util.h"
-
+#include <cmath>
 #include <string>
-#include <utility>
-#include <vector>
 
-#include "io/safetensors.h"
+#include "dsl/nn.h"
+#include "tests/test_util.h"
 
 namespace {
 
 using namespace gg;
+using namespace gg::dsl;
+using gg::test::contains;
 using train::InputError;
 
-std::string golden(const std::string& file) { return std::string(GG_SOURCE_DIR) + "/tests/golden/" + file; }
+// y = fc(x): a linear model with a loss when the batch has targets.
+train::Model linear_model() {
+  return train::Model("linear", [](train::ModelInputs& in) {
+    Expr pred = linear(in["x"], 2, "fc");                                  // x: (B, 3) -> pred: (B, 2)
+    train::ModelOutputs o{{}, {{"pred", pred}}};
+    if (in.has("y")) o.loss = mean_all((pred - in["y"]) * (pred - in["y"]));
+    return o;
+  });
+}
 
-using gg::test::contains;
+train::Batch batch(std::int64_t B, bool with_y = true) {
+  std::vector<float> x(std::size_t(B * 3)), y(std::size_t(B * 2));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(i % 7) * 0.25f - 0.5f;
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = float(i % 3) - 1.f;
+  train::Batch b{{"x", Tensor::f32({B, 3}, x)}};
+  if (with_y) b.emplace("y", Tensor::f32({B, 2}, y));
+  return b;
+}
 
-dsl::GptConfig basic_config() { return train::load_config(golden("ref_basic.config.json")); }
-
-std::string weights_error(const io::File& f, const dsl::GptConfig& c, bool allow_extra = false) {
+std::string error_of(auto&& f) {
   try {
-    ParamStore ps;
-    train::load_weights(ps, f, c, allow_extra);
+    f();
   } catch (const InputError& e) {
     return e.what();
   }
   return "";
-}
-
-io::File batch_file(Shape shape, std::vector<std::int32_t> tokens, std::vector<std::int32_t> targets) {
-  io::File f;
-  f.path = "batch.safetensors";
-  f.add_i32("tokens", shape, tokens);
-  f.add_i32("targets", shape, targets);
-  return f;
-}
-
-std::string batch_error(const io::File& f, const dsl::GptConfig& c, bool stacked) {
-  try {
-    train::read_batches(f, c, stacked);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// An I64 entry holding `values`.
-io::Entry i64(Shape shape, const std::vector<std::int64_t>& values) {
-  io::Entry e;
-  e.dtype = io::DType::i64;
-  e.shape = std::move(shape);
-  e.data.resize(values.size() * 8);
-  for (std::size_t i = 0; i < values.size(); ++i)
-    for (int k = 0; k < 8; ++k) e.data[i * 8 + std::size_t(k)] = std::byte((std::uint64_t(values[i]) >> (8 * k)) & 0xff);
-  return e;
 }
 
 }  // namespace
 
-TEST_CASE("load_weights accepts the golden weights and refuses mismatches, listing all of them") {
-  const dsl::GptConfig c = basic_config();
-  const io::File good = io::read_safetensors(golden("ref_basic.weights.safetensors"));
-  {
-    ParamStore ps;
-    train::load_weights(ps, good, c);
-    CHECK(ps.all().size() == dsl::gpt_param_shapes(c).size());
-    CHECK(ps.at("tok_emb.weight").shape() == Shape{13, 16});
-    CHECK(ps.at("blocks.1.mlp.fc2.bias").f()[0] == good.get_f32("blocks.1.mlp.fc2.bias")[0]);
-  }
+TEST_CASE("Model: declared by a build function; parameters in declaration order; plans per batch shape") {
+  train::Model m = linear_model();
+  const auto& table = m.declare(batch(4));
+  REQUIRE(table.size() == 2);
+  CHECK(table[0].name == "fc.weight");
+  CHECK(table[0].shape == Shape{2, 3});
+  CHECK(table[1].name == "fc.bias");
+  m.init_params(7);
+  CHECK(m.params().at("fc.weight").shape() == Shape{2, 3});
 
-  // Two missing, one unexpected, two mis-shaped (one by shape, one by dtype): one message.
-  io::File bad;
-  bad.path = "bad.safetensors";
-  for (auto& [name, e] : good.tensors) {
-    if (name == "blocks.0.attn.key.bias" || name == "norm_f.weight") continue;
-    if (name == "blocks.1.mlp.fc1.weight") {
-      bad.add_f32(name, {16, 64}, std::vector<float>(16 * 64));
-      continue;
-    }
-    if (name == "pos_emb.weight") {
-      bad.add_i32(name, {8, 16}, std::vector<std::int32_t>(8 * 16));
-      continue;
-    }
-    bad.add(name, e);
-  }
-  bad.add_f32("head.weight", {13, 16}, std::vector<float>(13 * 16));
-  const std::string m = weights_error(bad, c);
-  INFO(m);
-  CHECK(contains(m, "bad.safetensors"));
-  CHECK(contains(m, "missing [blocks.0.attn.key.bias, norm_f.weight]"));
-  CHECK(contains(m, "unexpected [head.weight]"));
-  CHECK(contains(m, "mis-shaped"));
-  CHECK(contains(m, "blocks.1.mlp.fc1.weight is F32(16, 64)"));
-  CHECK(contains(m, "(64, 16)"));
-  CHECK(contains(m, "pos_emb.weight is I32"));
-  CHECK(m.find('\n') == std::string::npos);
-
-  // allow_extra: extra names pass, the rest is still refused.
-  io::File extra = good;
-  extra.add_f32("optim.something", {2}, {1, 2});
-  CHECK(weights_error(extra, c) != "");
-  CHECK(contains(weights_error(extra, c), "unexpected [optim.something]"));
-  CHECK(weights_error(extra, c, /*allow_extra=*/true) == "");
-
-  // The same weights under another config: everything that differs is named.
-  dsl::GptConfig untied = c;
-  untied.tie_weights = false;
-  CHECK(contains(weights_error(good, untied), "missing [head.weight]"));
-  dsl::GptConfig no_bias = c;
-  no_bias.bias = false;
-  const std::string nb = weights_error(good, no_bias);
-  CHECK(contains(nb, "unexpected [blocks.0.attn.key.bias"));
-  CHECK(contains(nb, "norm_f.bias"));
+  const double loss4 = m.forward_backward(batch(4));
+  CHECK(std::isfinite(loss4));
+  std::vector<ParamGrad> g = m.grads();
+  REQUIRE(g.size() == 2);
+  CHECK(g[0].name == "fc.weight");
+  CHECK(g[0].param == &m.params().at("fc.weight"));
+  CHECK(m.train_output("pred").numel() == 8);
+  // The evaluation pass at the same shape gives the same loss (no dropout here).
+  CHECK(m.loss(batch(4)) == doctest::Approx(loss4).epsilon(1e-6));
+  // Another batch shape builds another plan over the same parameters.
+  std::map<std::string, Tensor> out = m.evaluate(batch(9));
+  CHECK(out.at("pred").shape() == Shape{9, 2});
+  CHECK(out.count("loss") == 1);
+  // Inference batches without targets: no loss, the outputs still come back.
+  std::map<std::string, Tensor> inf = m.evaluate(batch(5, /*with_y=*/false));
+  CHECK(inf.count("loss") == 0);
+  CHECK(inf.at("pred").shape() == Shape{5, 2});
+  CHECK(std::isnan(m.loss(batch(5, false))));
+  // Training needs a loss.
+  CHECK(contains(error_of([&] { m.forward_backward(batch(5, false)); }), "no loss to train"));
 }
 
-TEST_CASE("add_weights writes every parameter under its own name") {
-  const dsl::GptConfig c = basic_config();
+TEST_CASE("Model: mistakes in the build function or the batch are one-line errors") {
+  SUBCASE("an input the batch does not have, with the names it has") {
+    train::Model m("m", [](train::ModelInputs& in) { return train::ModelOutputs{sum_all(in["tokens"])}; });
+    const std::string e = error_of([&] { m.loss(train::Batch{{"token", Tensor({2}, DType::f32)}}); });
+    CHECK(contains(e, "reads input 'tokens'"));
+    CHECK(contains(e, "it has: token"));
+  }
+  SUBCASE("a batch tensor the model never reads") {
+    train::Model m("m", [](train::ModelInputs& in) { return train::ModelOutputs{sum_all(in["x"])}; });
+    CHECK(contains(error_of([&] { m.loss({{"x", Tensor({2})}, {"labels", Tensor({2})}}); }),
+                   "the batch's tensor 'labels' is not read by the model"));
+  }
+  SUBCASE("a loss that is not a scalar") {
+    train::Model m("m", [](train::ModelInputs& in) { return train::ModelOutputs{in["x"] * 2.f}; });
+    const std::string e = error_of([&] { m.loss({{"x", Tensor({2})}}); });
+    INFO(e);
+    CHECK(contains(e, "the loss must be an f32 scalar, got f32(2,)"));
+  }
+  SUBCASE("an output built in another graph") {
+    Graph other;
+    Expr stray = scalar(other, 1.f);
+    train::Model m("m", [&](train::ModelInputs& in) { return train::ModelOutputs{sum_all(in["x"]), {{"s", stray}}}; });
+    CHECK(contains(error_of([&] { m.loss({{"x", Tensor({2})}}); }), "output 's' was not built in the graph"));
+  }
+  SUBCASE("two outputs of one name") {
+    train::Model m("m", [](train::ModelInputs& in) {
+      Expr s = sum_all(in["x"]);
+      return train::ModelOutputs{s, {{"a", s}, {"a", s}}};
+    });
+    CHECK(contains(error_of([&] { m.loss({{"x", Tensor({2})}}); }), "output name 'a' is used twice"));
+  }
+  SUBCASE("a batch shape that declares other parameters") {
+    train::Model m("m", [](train::ModelInputs& in) { return train::ModelOutputs{sum_all(linear(in["x"], 2, "fc"))}; });
+    m.declare({{"x", Tensor({1, 3})}});
+    CHECK(contains(error_of([&] { m.loss({{"x", Tensor({1, 4})}}); }), "declare other parameters"));
+  }
+  SUBCASE("an empty batch, grads before any training pass") {
+    train::Model m = linear_model();
+    CHECK(contains(error_of([&] { m.loss({}); }), "the batch has no tensors"));
+    CHECK(contains(error_of([&] { m.grads(); }), "before any forward_backward"));
+    CHECK(contains(error_of([&] { m.param_table(); }), "declare it with a batch"));
+  }
+}
+
+TEST_CASE("load_params lists every missing, unexpected and mis-shaped tensor, counted past a few") {
+  const std::vector<train::ParamInfo> table = {{"a", {2}}, {"b", {3, 4}}, {"c", {1}}};
+  std::map<std::string, Tensor> t{{"a", Tensor({2})}, {"b", Tensor({4, 3})}, {"z", Tensor({1})}};
+  for (int i = 0; i < 20; ++i) t.emplace("extra." + std::to_string(i), Tensor({1}));
   ParamStore ps;
-  train::load_weights(ps, io::read_safetensors(golden("ref_basic.weights.safetensors")), c);
-  io::File f;
-  train::add_weights(f, ps, c);
-  CHECK(f.tensors.size() == dsl::gpt_param_shapes(c).size());
-  ParamStore back;
-  train::load_weights(back, f, c);
-  for (auto& [name, t] : ps.all()) CHECK(back.at(name).to_vector() == t.to_vector());
-}
-
-TEST_CASE("read_batches") {
-  const dsl::GptConfig c = basic_config();  // V = 13, block_size = 8
-
-  SUBCASE("the golden batches") {
-    const train::Batches b = train::read_batches(io::read_safetensors(golden("ref_basic.batch.safetensors")), c, false);
-    CHECK(b.N == 1);
-    CHECK(b.B == 3);
-    CHECK(b.T == 8);
-    const train::Batches s = train::read_batches(io::read_safetensors(golden("ref_basic.batches.safetensors")), c, true);
-    CHECK(s.N == 5);
-    CHECK(s.tokens_at(4) == s.tokens.data() + 4 * 3 * 8);
-    // A stacked file is not a single batch and the other way round.
-    CHECK(contains(batch_error(io::read_safetensors(golden("ref_basic.batches.safetensors")), c, false), "rank 2"));
-    CHECK(contains(batch_error(io::read_safetensors(golden("ref_basic.batch.safetensors")), c, true), "rank 3"));
-  }
-  SUBCASE("values and shapes") {
-    const io::File ok = batch_file({2, 3}, {0, 1, 12, 3, 4, 5}, {1, -1, 2, -1, -1, 0});
-    const train::Batches b = train::read_batches(ok, c, false);
-    CHECK(b.tokens == std::vector<std::int32_t>{0, 1, 12, 3, 4, 5});
-    CHECK(b.targets == std::vector<std::int32_t>{1, -1, 2, -1, -1, 0});
-
-    std::string m = batch_error(batch_file({2, 3}, {0, 1, 13, 3, 4, 5}, {1, 1, 1, 1, 1, 1}), c, false);
-    CHECK(contains(m, "batch.safetensors"));
-    CHECK(contains(m, "'tokens' holds 13"));
-    CHECK(contains(batch_error(batch_file({2, 3}, {0, -1, 1, 3, 4, 5}, {1, 1, 1, 1, 1, 1}), c, false), "'tokens' holds -1"));
-    m = batch_error(batch_file({2, 3}, {0, 1, 2, 3, 4, 5}, {1, 1, -2, 1, 1, 1}), c, false);
-    CHECK(contains(m, "'targets' holds -2"));
-    CHECK(contains(batch_error(batch_file({2, 3}, {0, 1, 2, 3, 4, 5}, {1, 1, 13, 1, 1, 1}), c, false),
-                   "'targets' holds 13"));
-    m = batch_error(batch_file({2, 3}, {0, 1, 2, 3, 4, 5}, {-1, -1, -1, -1, -1, -1}), c, false);
-    CHECK(contains(m, "no target that is not -1"));
-    // Stacked: the batch without a target is named.
-    m = batch_error(batch_file({2, 1, 3}, {0, 1, 2, 3, 4, 5}, {1, 2, 3, -1, -1, -1}), c, true);
-    CHECK(contains(m, "batch 1"));
-    m = batch_error(batch_file({1, 9}, std::vector<std::int32_t>(9, 1), std::vector<std::int32_t>(9, 1)), c, false);
-    CHECK(contains(m, "sequence length 9 exceeds block_size 8"));
-    CHECK(contains(batch_error(batch_file({6}, {0, 1, 2, 3, 4, 5}, {1, 1, 1, 1, 1, 1}), c, false), "rank 2"));
-    CHECK(contains(batch_error(batch_file({1, 2, 3}, {0, 1, 2, 3, 4, 5}, {1, 1, 1, 1, 1, 1}), c, false), "rank 2"));
-    CHECK(contains(batch_error(batch_file({0, 3}, {}, {}), c, false), "empty"));
-
-    io::File mismatch;
-    mismatch.path = "mm.safetensors";
-    mismatch.add_i32("tokens", {2, 3}, {0, 1, 2, 3, 4, 5});
-    mismatch.add_i32("targets", {3, 2}, {0, 1, 2, 3, 4, 5});
-    CHECK(contains(batch_error(mismatch, c, false), "'targets' has shape"));
-    io::File missing;
-    missing.path = "missing.safetensors";
-    missing.add_i32("tokens", {2, 3}, {0, 1, 2, 3, 4, 5});
-    CHECK(contains(batch_error(missing, c, false), "'targets'"));
-    io::File floats;
-    floats.path = "floats.safetensors";
-    floats.add_f32("tokens", {1, 2}, {0, 1});
-    floats.add_i32("targets", {1, 2}, {0, 1});
-    CHECK(contains(batch_error(floats, c, false), "floats.safetensors"));
-  }
-  SUBCASE("I64 tokens are accepted; values beyond 32 bits are refused") {
-    io::File f;
-    f.path = "i64.safetensors";
-    f.add("tokens", i64({1, 4}, {0, 5, 12, 7}));
-    f.add("targets", i64({1, 4}, {5, -1, 7, 3}));
-    const train::Batches b = train::read_batches(f, c, false);
-    CHECK(b.tokens == std::vector<std::int32_t>{0, 5, 12, 7});
-    CHECK(b.targets == std::vector<std::int32_t>{5, -1, 7, 3});
-
-    io::File big;
-    big.path = "big.safetensors";
-    big.add("tokens", i64({1, 2}, {0, std::int64_t(1) << 32}));  // would wrap to 0 if truncated
-    big.add("targets", i64({1, 2}, {1, 1}));
-    CHECK(contains(batch_error(big, c, false), "big.safetensors"));
-  }
-}
-
-TEST_CASE("gpt_param_shapes matches the spec's table") {
-  dsl::GptConfig c;
-  c.vocab_size = 11;
-  c.block_size = 7;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 6;
-  const std::int64_t V = 11, D = 6, BS = 7;
-
-  // The table written out from docs/reference-model.md.
-  auto expected = [&](bool bias, bool tied, bool learned) {
-    std::vector<std::pair<std::string, Shape>> p;
-    p.push_back({"tok_emb.weight", {V, D}});
-    if (learned) p.push_back({"pos_emb.weight", {BS, D}});
-    for (int i = 0; i < 2; ++i) {
-      const std::string b = "blocks." + std::to_string(i) + ".";
-      p.push_back({b + "norm1.weight", {D}});
-      if (bias) p.push_back({b + "norm1.bias", {D}});
-      for (const char* n : {"query", "key", "value", "proj"}) {
-        p.push_back({b + "attn." + n + ".weight", {D, D}});
-        if (bias) p.push_back({b + "attn." + n + ".bias", {D}});
-      }
-      p.push_back({b + "norm2.weight", {D}});
-      if (bias) p.push_back({b + "norm2.bias", {D}});
-      p.push_back({b + "mlp.fc1.weight", {4 * D, D}});
-      if (bias) p.push_back({b + "mlp.fc1.bias", {4 * D}});
-      p.push_back({b + "mlp.fc2.weight", {D, 4 * D}});
-      if (bias) p.push_back({b + "mlp.fc2.bias", {D}});
-    }
-    p.push_back({"norm_f.weight", {D}});
-    if (bias) p.push_back({"norm_f.bias", {D}});
-    if (!tied) p.push_back({"head.weight", {V, D}});
-    return p;
-  };
-  for (bool bias : {true, false})
-    for (bool tied : {true, false})
-      for (bool learned : {true, false}) {
-        c.bias = bias;
-        c.tie_weights = tied;
-        c.pos_encoding = learned ? dsl::GptConfig::Pos::learned : dsl::GptConfig::Pos::sinusoidal;
-        INFO("bias " << bias << ", tied " << tied << ", learned " << learned);
-        const auto got = dsl::gpt_param_shapes(c);
-        const auto want = expected(bias, tied, learned);
-        REQUIRE(got.size() == want.size());
-        for (std::size_t i = 0; i < got.size(); ++i) {
-          CHECK(got[i].first == want[i].first);
-          CHECK(got[i].second == want[i].second);
-        }
-        // The model's graph declares exactly these parameters, in this order.
-        Graph g;
-        const dsl::Gpt m = dsl::build_gpt(g, c, 1, 3);
-        REQUIRE(m.params.size() == want.size());
-        for (std::size_t i = 0; i < want.size(); ++i) {
-          CHECK(m.params[i].name() == want[i].first);
-          CHECK(m.params[i].shape() == want[i].second);
-        }
-      }
+  const std::string e = error_of([&] { train::load_params(ps, t, table, "w.safetensors"); });
+  CHECK(contains(e, "w.safetensors: the tensors do not match the model's parameters"));
+  CHECK(contains(e, "missing [c]"));
+  CHECK(contains(e, "mis-shaped [b is f32(4, 3) but the model needs f32(3, 4)]"));
+  CHECK(contains(e, "and 15 more]"));  // 21 unexpected: six named, the rest counted
+  CHECK(e.size() < 400);
+  CHECK(ps.all().empty());  // nothing loaded from a file that does not fit
+  t.erase("z");
+  for (int i = 0; i < 20; ++i) t.erase("extra." + std::to_string(i));
+  t["b"] = Tensor({3, 4});
+  t["c"] = Tensor({1});
+  train::load_params(ps, t, table, "w.safetensors");
+  CHECK(ps.all().size() == 3);
 }

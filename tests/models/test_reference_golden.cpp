@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "io/safetensors.h"
-#include "train/config.h"
-#include "train/model.h"
+#include "models/gpt.h"
+#include "train/checkpoint.h"
 
 namespace {
 
@@ -37,14 +37,15 @@ Diff diff(const float* a, const std::vector<float>& b) {
 double check_grad_case(const std::string& name) {
   INFO("case ref_" << name);
   const std::string base = "ref_" + name;
-  const dsl::GptConfig c = train::load_config(golden(base + ".config.json"));
-  ParamStore params;
-  train::load_weights(params, io::read_safetensors(golden(base + ".weights.safetensors")), c);
-  const train::Batches b = train::read_batches(io::read_safetensors(golden(base + ".batch.safetensors")), c, false);
+  const models::GptConfig c = models::load_gpt_config(golden(base + ".config.json"));
+  train::Model r = models::gpt_model(c);
+  train::load_params(r.params(), train::read_tensors(golden(base + ".weights.safetensors")), models::gpt_params(c), base);
+  const train::Batch b =
+      models::read_gpt_batches(io::read_safetensors(golden(base + ".batch.safetensors")), c, false).at(0);
   const io::File ref = io::read_safetensors(golden(base + ".grad.safetensors"));
+  const Shape& BT = b.at("tokens").shape();
 
-  train::StepRunner r(c, b.B, b.T, params);
-  const double loss = r.forward_backward(b.tokens_at(0), b.targets_at(0));
+  const double loss = r.forward_backward(b);
   double worst = 0;  // fraction of tolerance
 
   // loss: relative 1e-5
@@ -69,18 +70,18 @@ double check_grad_case(const std::string& name) {
       worst_name = what;
     }
   };
-  const View lg = r.logits();
-  CHECK(*lg.shape == Shape{b.B, b.T, c.vocab_size});
+  const View lg = r.train_output("logits");
+  CHECK(*lg.shape == Shape{BT[0], BT[1], c.vocab_size});
   compare("logits", lg.f(), *lg.shape, "logits");
 
   const std::vector<ParamGrad> grads = r.grads();
-  const auto table = dsl::gpt_param_shapes(c);
+  const auto table = models::gpt_params(c);
   REQUIRE(grads.size() == table.size());
   std::size_t ref_grads = 0;
   for (auto& [n, e] : ref.tensors) ref_grads += n.rfind("grad.", 0) == 0;
   CHECK(ref_grads == grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    CHECK(grads[i].name == table[i].first);  // the spec's table order
+    CHECK(grads[i].name == table[i].name);  // the spec's table order
     compare("grad." + grads[i].name, grads[i].grad, grads[i].param->shape(), "grad." + grads[i].name);
   }
   MESSAGE("ref_" << name << ": loss " << loss << ", worst error " << worst << " of tolerance (" << worst_name << ")");
@@ -97,14 +98,15 @@ TEST_CASE("golden: reference model loss, logits and gradients agree with PyTorch
 
 TEST_CASE("golden: the comparison detects a wrong gradient") {
   // The same check with one weight nudged must fail: guards against a vacuous comparison.
-  const dsl::GptConfig c = train::load_config(golden("ref_basic.config.json"));
-  ParamStore params;
-  train::load_weights(params, io::read_safetensors(golden("ref_basic.weights.safetensors")), c);
-  params.at("blocks.1.mlp.fc1.weight").f()[3] += 0.01f;
-  const train::Batches b = train::read_batches(io::read_safetensors(golden("ref_basic.batch.safetensors")), c, false);
+  const models::GptConfig c = models::load_gpt_config(golden("ref_basic.config.json"));
+  train::Model r = models::gpt_model(c);
+  train::load_params(r.params(), train::read_tensors(golden("ref_basic.weights.safetensors")), models::gpt_params(c),
+                     "ref_basic");
+  r.params().at("blocks.1.mlp.fc1.weight").f()[3] += 0.01f;
+  const train::Batch b =
+      models::read_gpt_batches(io::read_safetensors(golden("ref_basic.batch.safetensors")), c, false).at(0);
   const io::File ref = io::read_safetensors(golden("ref_basic.grad.safetensors"));
-  train::StepRunner r(c, b.B, b.T, params);
-  r.forward_backward(b.tokens_at(0), b.targets_at(0));
+  r.forward_backward(b);
   bool any_out = false;
   for (const ParamGrad& pg : r.grads()) {
     const Diff d = diff(pg.grad, ref.get_f32("grad." + pg.name));

@@ -1,4 +1,4 @@
-// Tests for train/replay.cpp: the replay loop agrees with PyTorch on a golden case (the
+// Tests for train/replay.cpp on the reference model: the replay loop agrees with PyTorch on a golden case (the
 // full agreement suite runs the command itself, in tests/cli), and bad options are refused
 // naming their flag.
 #include <doctest/doctest.h>
@@ -7,21 +7,25 @@
 
 #include "io/safetensors.h"
 #include "tests/test_util.h"
+#include "models/gpt.h"
+#include "train/checkpoint.h"
 #include "train/replay.h"
 
 using namespace gg;
 using gg::test::golden;
 
 TEST_CASE("replay of the golden SGD-with-momentum case matches PyTorch's losses and norms") {
-  dsl::GptConfig c = train::load_config(golden("ref_basic.config.json"));
-  ParamStore params;
-  train::load_weights(params, io::read_safetensors(golden("ref_basic.weights.safetensors")), c);
-  train::Batches b = train::read_batches(io::read_safetensors(golden("ref_basic.batches.safetensors")), c, true);
+  models::GptConfig c = models::load_gpt_config(golden("ref_basic.config.json"));
+  train::Model m = models::gpt_model(c);
+  train::load_params(m.params(), train::read_tensors(golden("ref_basic.weights.safetensors")), models::gpt_params(c),
+                     "ref_basic");
+  std::vector<train::Batch> b =
+      models::read_gpt_batches(io::read_safetensors(golden("ref_basic.batches.safetensors")), c, true);
   train::ReplayOptions o;
   o.optimizer = "sgd";
   o.lr = 0.1;
   o.momentum = 0.9;
-  train::ReplayResult r = train::replay(c, params, b, o);
+  train::ReplayResult r = train::replay(m, b, o);
   io::File ref = io::read_safetensors(golden("ref_basic.replay_sgd.safetensors"));
   const std::vector<float> losses = ref.get_f32("losses"), norms = ref.get_f32("grad_norms");
   REQUIRE(r.losses.size() == losses.size());
@@ -30,7 +34,7 @@ TEST_CASE("replay of the golden SGD-with-momentum case matches PyTorch's losses 
     CHECK(std::abs(r.grad_norms[i] - norms[i]) <= 1e-3 * std::abs(norms[i]));
   }
   const std::vector<float> w = ref.get_f32("blocks.0.mlp.fc1.weight");
-  const float* got = params.at("blocks.0.mlp.fc1.weight").f();
+  const float* got = m.params().at("blocks.0.mlp.fc1.weight").f();
   double max_err = 0, max_ref = 0;
   for (std::size_t i = 0; i < w.size(); ++i) {
     max_err = std::max(max_err, std::abs(double(got[i]) - w[i]));

@@ -1,8 +1,8 @@
-// End-to-end tests of train/trainer: a tiny transformer learns a small repetitive text in a
-// few seconds, and --resume continues a run bit-exactly (same parameters, optimizer state
-// and data RNG as a run that was never interrupted).
+// End-to-end tests of the char-LM job on the generic trainer: a tiny transformer learns a
+// small repetitive text in a few seconds, and --resume continues a run bit-exactly (same
+// parameters, optimizer state and data and dropout RNGs as a run never interrupted).
 #include "tests/test_util.h"
-#include "train/trainer.h"
+#include "models/char_lm.h"
 
 #include <doctest/doctest.h>
 #include <unistd.h>
@@ -11,12 +11,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <set>
 #include <sstream>
 #include <string>
 
 #include "train/checkpoint.h"
-#include "train/config.h"
 
 namespace {
 
@@ -38,15 +38,25 @@ std::string write_pattern_text(const TempDir& dir) {
   return path;
 }
 
-train::TrainOptions tiny_options(const std::string& data, const std::string& out_dir) {
-  train::TrainOptions o;
-  o.data = data;
+// The job's three option sets.
+struct Opts {
+  models::CharLmOptions job;
+  models::GptConfig model;
+  train::TrainOptions run;
+  // o->steps etc.: the run options, the ones the tests change most
+  train::TrainOptions* operator->() { return &run; }
+};
+
+Opts tiny_options(const std::string& data, const std::string& out_dir) {
+  Opts opts;
+  train::TrainOptions& o = opts.run;
+  opts.job.data = data;
   o.out_dir = out_dir;
-  o.n_layer = 1;
-  o.n_embd = 16;
-  o.n_head = 2;
-  o.block_size = 16;
-  o.batch_size = 8;
+  opts.model.n_layer = 1;
+  opts.model.n_embd = 16;
+  opts.model.n_head = 2;
+  opts.model.block_size = 16;
+  opts.job.batch_size = 8;
   o.steps = 150;
   o.warmup = 10;
   o.lr = 1e-2;
@@ -54,19 +64,19 @@ train::TrainOptions tiny_options(const std::string& data, const std::string& out
   o.eval_interval = 50;
   o.eval_iters = 4;
   o.final_eval_iters = 8;
-  o.sample_tokens = 20;
+  opts.job.sample_tokens = 20;
   o.quiet = true;
   o.seed = 1;
-  return o;
+  return opts;
 }
 
 // Runs the job with its report going to a temporary file; returns the result and the report.
-train::TrainResult run(const train::TrainOptions& o, std::string* report = nullptr) {
+models::CharLmResult run(const Opts& o, std::string* report = nullptr) {
   std::FILE* f = std::tmpfile();
   REQUIRE(f);
-  train::TrainResult r;
+  models::CharLmResult r;
   try {
-    r = train::run_training(o, f);
+    r = models::run_char_lm(o.job, o.model, o.run, f);
   } catch (...) {
     std::fclose(f);
     throw;
@@ -85,9 +95,10 @@ train::TrainResult run(const train::TrainOptions& o, std::string* report = nullp
 TEST_CASE("training: a tiny transformer learns a repetitive text") {
   TempDir dir;
   const std::string data = write_pattern_text(dir);
-  const train::TrainOptions o = tiny_options(data, dir.file("run"));
+  const Opts o = tiny_options(data, dir.file("run"));
   std::string report;
-  const train::TrainResult r = run(o, &report);
+  const models::CharLmResult res = run(o, &report);
+  const train::FitResult& r = res.fit;
 
   // The first step's loss, from the CSV of the loss curve ("train,1,<loss>").
   const std::string csv = read_all(dir.file("run/loss.csv"));
@@ -104,7 +115,8 @@ TEST_CASE("training: a tiny transformer learns a repetitive text") {
   CHECK(r.final_val_loss < 0.25 * uniform);
   CHECK(r.final_val_loss < first - 1.5);
   CHECK(r.final_train_loss < 0.4 * uniform);
-  CHECK(std::isfinite(r.tokens_per_sec));
+  CHECK(std::isfinite(r.items_per_sec));
+  CHECK(report.find("tok/s") != std::string::npos);
 
   // The reports: checkpoint, CSV (150 train points + 2 interim + 1 final val point), SVG.
   CHECK(fs::exists(dir.file("run/checkpoint.safetensors")));
@@ -118,14 +130,16 @@ TEST_CASE("training: a tiny transformer learns a repetitive text") {
   CHECK(train_rows == 150);
   CHECK(val_rows == 3);
   CHECK(report.find("val loss") != std::string::npos);
-  CHECK(r.sample.size() == 1 + 20);  // the default prompt "\n" and 20 characters
-  CHECK(report.find(r.sample) != std::string::npos);
+  CHECK(res.sample.size() == 1 + 20);  // the default prompt "\n" and 20 characters
+  CHECK(report.find(res.sample) != std::string::npos);
 
   const train::Checkpoint ck = train::load_checkpoint(dir.file("run/checkpoint.safetensors"));
   CHECK(ck.step == 150);
-  CHECK(ck.vocab.size() == V);
-  CHECK(ck.config.n_embd == 16);
   CHECK(ck.optimizer == "adamw");
+  CHECK(ck.model_kind == "gpt");
+  const models::CharLmCheckpoint lm = models::load_char_lm(dir.file("run/checkpoint.safetensors"));
+  CHECK(lm.vocab.size() == V);
+  CHECK(lm.config.n_embd == 16);
 }
 
 namespace {
@@ -136,38 +150,50 @@ std::size_t resume_vs_straight(double dropout) {
   const std::string data = write_pattern_text(dir);
   // A constant learning rate: the cosine schedule depends on the total step count, so a
   // 60-step run and the first 60 steps of a 120-step run differ by design.
-  train::TrainOptions o = tiny_options(data, dir.file("resumed"));
-  o.warmup = 0;
-  o.min_lr = o.lr;
-  o.eval_interval = 40;
-  o.sample_tokens = 0;
-  o.final_eval_iters = 2;
-  o.dropout = dropout;
+  Opts o = tiny_options(data, dir.file("resumed"));
+  o->warmup = 0;
+  o->min_lr = o->lr;
+  o->eval_interval = 40;
+  o.job.sample_tokens = 0;
+  o->final_eval_iters = 2;
+  o.model.dropout = float(dropout);
 
-  train::TrainOptions first = o;
-  first.steps = 60;
+  Opts first = o;
+  first->steps = 60;
   run(first);
-  train::TrainOptions second = o;
-  second.steps = 120;
-  second.resume = true;
+  Opts second = o;
+  second->steps = 120;
+  second->resume = true;
   std::string report;
-  const train::TrainResult resumed = run(second, &report);
+  const train::FitResult resumed = run(second, &report).fit;
   CHECK(resumed.steps == 60);
   CHECK(report.find("resuming") != std::string::npos);
 
-  train::TrainOptions straight = o;
-  straight.steps = 120;
-  straight.out_dir = dir.file("straight");
-  const train::TrainResult whole = run(straight);
+  Opts straight = o;
+  straight->steps = 120;
+  straight->out_dir = dir.file("straight");
+  const train::FitResult whole = run(straight).fit;
+  // The loss curve continues across the resume: the same 120 training points in both (the
+  // resumed run also has the validation point the first part ended with, at step 60).
+  auto train_rows = [](const std::string& csv) {
+    std::string rows;
+    std::istringstream lines(csv);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("train,", 0) == 0) rows += line + "\n";
+    return rows;
+  };
+  const std::string resumed_rows = train_rows(read_all(dir.file("resumed/loss.csv")));
+  CHECK(std::count(resumed_rows.begin(), resumed_rows.end(), '\n') == 120);
+  CHECK(resumed_rows == train_rows(read_all(dir.file("straight/loss.csv"))));
 
   const train::Checkpoint a = train::load_checkpoint(dir.file("resumed/checkpoint.safetensors"));
   const train::Checkpoint b = train::load_checkpoint(dir.file("straight/checkpoint.safetensors"));
   CHECK(a.step == 120);
   CHECK(b.step == 120);
   CHECK(a.rng_state == b.rng_state);
-  REQUIRE(a.params.all().size() == b.params.all().size());
+  REQUIRE(a.params.size() == b.params.size());
   std::size_t differing = 0;
-  for (auto& [name, t] : b.params.all()) {
+  for (auto& [name, t] : b.params) {
     INFO(name);
     const bool same = a.params.at(name).to_vector() == t.to_vector();
     CHECK(same);
@@ -195,11 +221,11 @@ TEST_CASE("training: --resume continues bit-exactly") {
 TEST_CASE("training: bad --resume and bad data are refused before training") {
   TempDir dir;
   const std::string data = write_pattern_text(dir);
-  train::TrainOptions o = tiny_options(data, dir.file("run"));
-  o.steps = 2;
-  o.sample_tokens = 0;
-  o.final_eval_iters = 1;
-  auto error_of = [](const train::TrainOptions& opts) -> std::string {
+  Opts o = tiny_options(data, dir.file("run"));
+  o->steps = 2;
+  o.job.sample_tokens = 0;
+  o->final_eval_iters = 1;
+  auto error_of = [](const Opts& opts) -> std::string {
     try {
       run(opts);
     } catch (const train::InputError& e) {
@@ -208,32 +234,32 @@ TEST_CASE("training: bad --resume and bad data are refused before training") {
     return "";
   };
   // No checkpoint yet.
-  train::TrainOptions r = o;
-  r.resume = true;
+  Opts r = o;
+  r->resume = true;
   CHECK(error_of(r).find("checkpoint.safetensors") != std::string::npos);
   run(o);
   // A checkpoint of another model or optimizer.
-  r.n_embd = 32;
-  CHECK(error_of(r).find("differs") != std::string::npos);
+  r.model.n_embd = 32;
+  CHECK(error_of(r).find("but this run builds 'gpt'") != std::string::npos);
   r = o;
-  r.resume = true;
-  r.optimizer = "sgd";
+  r->resume = true;
+  r->optimizer = "sgd";
   CHECK(error_of(r).find("adamw") != std::string::npos);
   r = o;
-  r.resume = true;
-  r.steps = 4;
+  r->resume = true;
+  r->steps = 4;
   CHECK(error_of(r) == "");
   CHECK(train::load_checkpoint(dir.file("run/checkpoint.safetensors")).step == 4);
   // Resuming a checkpoint that is already past --steps would write one with a wrong step.
-  r.steps = 3;
+  r->steps = 3;
   CHECK(error_of(r).find("beyond --steps 3") != std::string::npos);
   CHECK(train::load_checkpoint(dir.file("run/checkpoint.safetensors")).step == 4);
   // Data errors name the file.
-  train::TrainOptions d = o;
-  d.data = dir.file("missing.txt");
+  Opts d = o;
+  d.job.data = dir.file("missing.txt");
   CHECK(error_of(d).find("missing.txt") != std::string::npos);
-  // Bad options are refused up front.
+  // Bad options are refused up front, before any data is read.
   d = o;
-  d.temperature = -1;
-  CHECK(error_of(d).find("--temperature") != std::string::npos);
+  d.job.temperature = -1;
+  CHECK(error_of(d).find("key 'temperature'") != std::string::npos);
 }
