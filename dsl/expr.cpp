@@ -14,6 +14,11 @@ std::int64_t Expr::dim(int axis) const {
   return s[std::size_t(a)];
 }
 
+void fail_at_call(const Graph& g, const char* what, Loc loc, const std::string& msg) {
+  const std::string who = g.scope().empty() ? "" : fmt::format(" ('{}')", g.scope());
+  throw GraphError(fmt::format("{} at {}{}: {}", what, site_string(g.user_loc().value_or(loc)), who, msg));
+}
+
 namespace {
 NodeId as_node(Graph& g, const Operand& o) { return o.is_scalar ? op::scalar(g, o.value, o.loc) : o.e.id; }
 
@@ -97,6 +102,10 @@ Expr sum(Expr x, std::int64_t axis, bool keepdim, Loc loc) {
 Expr max(Expr x, std::int64_t axis, bool keepdim, Loc loc) {
   UserSite site(*x.g, loc);
   return {x.g, op::max(*x.g, x.id, axis, keepdim, loc)};
+}
+Expr argmax(Expr x, std::int64_t axis, bool keepdim, Loc loc) {
+  UserSite site(*x.g, loc);
+  return {x.g, op::argmax(*x.g, x.id, axis, keepdim, loc)};
 }
 Expr mean(Expr x, std::int64_t axis, bool keepdim, Loc loc) {
   UserSite site(*x.g, loc);

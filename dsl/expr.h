@@ -77,6 +77,8 @@ Expr compare(Expr a, Expr b, Cmp cmp, Loc loc = Loc::current());
 Expr where(Expr cond, Expr a, Expr b, Loc loc = Loc::current());
 Expr sum(Expr x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());
 Expr max(Expr x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());
+// i32 index of the largest entry along axis (first on ties, as torch.argmax); no gradient.
+Expr argmax(Expr x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());
 Expr mean(Expr x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());
 Expr sum_all(Expr x, Loc loc = Loc::current());   // to a scalar
 Expr mean_all(Expr x, Loc loc = Loc::current());  // to a scalar
@@ -87,6 +89,11 @@ Expr expand(Expr x, Shape shape, Loc loc = Loc::current());
 Expr slice(Expr x, std::int64_t axis, std::int64_t begin, std::int64_t end, Loc loc = Loc::current());
 Expr concat(const std::vector<Expr>& xs, std::int64_t axis, Loc loc = Loc::current());
 Expr gather(Expr x, Expr index, std::int64_t axis = 0, Loc loc = Loc::current());
+
+// For composites: a check of the composite's own fails at the user's call (the outermost
+// UserSite), named by the composite and the current scope, by throwing GraphError
+// "<what> at <file>:<line> ('<scope>'): <msg>".
+[[noreturn]] void fail_at_call(const Graph& g, const char* what, Loc loc, const std::string& msg);
 
 // Every parameter node of the graph, in declaration order.
 std::vector<Expr> params(Graph& g);

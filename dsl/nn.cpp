@@ -8,14 +8,6 @@
 #include <numbers>
 
 namespace gg::dsl {
-namespace {
-// A composite's own check fails at the user's call (the outermost UserSite), named by the
-// composite and the current scope: "<what> at <file>:<line> ('<scope>'): <msg>".
-[[noreturn]] void fail_at_call(const Graph& g, const char* what, Loc loc, const std::string& msg) {
-  const std::string who = g.scope().empty() ? "" : fmt::format(" ('{}')", g.scope());
-  throw GraphError(fmt::format("{} at {}{}: {}", what, site_string(g.user_loc().value_or(loc)), who, msg));
-}
-}  // namespace
 
 Expr linear(Expr x, std::int64_t out_features, const std::string& name, bool bias, std::optional<Init> w_init,
             Loc loc) {
@@ -119,9 +111,10 @@ Expr patches(Expr images, std::int64_t p, Loc loc) {
   return reshape(x, {B, (H / p) * (W / p), C * p * p}, loc);       // (B, N, C p p)
 }
 
-Expr patch_embedding(Expr images, std::int64_t p, std::int64_t d_model, const std::string& name, Loc loc) {
+Expr patch_embedding(Expr images, std::int64_t p, std::int64_t d_model, const std::string& name, bool bias,
+                     std::optional<Init> w_init, Loc loc) {
   UserSite site(*images.g, loc);
-  return linear(patches(images, p, loc), d_model, name, true, {}, loc);
+  return linear(patches(images, p, loc), d_model, name, bias, w_init, loc);
 }
 
 Expr causal_mask(Graph& g, std::int64_t T, Loc loc) {
@@ -167,11 +160,11 @@ AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt, L
   Graph& g = *q.g;
   UserSite site(g, loc);
   const std::int64_t hs = q.dim(-1);
-  Expr scores = matmul(q, k, false, true, loc);                          // scores: (..., T, T)
+  Expr scores = matmul(q, k, false, true, loc);                          // scores: (..., Tq, Tk)
   if (opt.scale) scores = scores * float(1.0 / std::sqrt(double(hs)));
   if (opt.mask) scores = masked_fill(scores, *opt.mask, loc);
-  Expr weights = softmax(scores, -1, loc);                               // weights: (..., T, T)
-  Expr out = matmul(dropout(weights, opt.dropout, opt.training, loc), v, false, false, loc);  // out: (..., T, hs)
+  Expr weights = softmax(scores, -1, loc);                               // weights: (..., Tq, Tk)
+  Expr out = matmul(dropout(weights, opt.dropout, opt.training, loc), v, false, false, loc);  // out: (..., Tq, hs)
   return {out, weights};
 }
 
@@ -190,24 +183,35 @@ AttentionResult single_head_attention(Expr x, std::int64_t d_k, const std::strin
   return r;
 }
 
+Expr split_heads(Expr x, std::int64_t n_head, Loc loc) {
+  UserSite site(*x.g, loc);
+  if (x.rank() != 3 || n_head <= 0 || x.dim(2) % n_head != 0)
+    fail_at_call(*x.g, "split_heads", loc, fmt::format("wants (B, T, D) with D divisible by n_head {}, got {}", n_head,
+                                                       to_string(x.shape())));
+  const std::int64_t B = x.dim(0), T = x.dim(1), hs = x.dim(2) / n_head;
+  return permute(reshape(x, {B, T, n_head, hs}, loc), {0, 2, 1, 3}, loc);  // (B, H, T, hs)
+}
+
+Expr merge_heads(Expr x, Loc loc) {
+  UserSite site(*x.g, loc);
+  if (x.rank() != 4) fail_at_call(*x.g, "merge_heads", loc, fmt::format("wants (B, H, T, hs), got {}", to_string(x.shape())));
+  const std::int64_t B = x.dim(0), H = x.dim(1), T = x.dim(2), hs = x.dim(3);
+  return reshape(permute(x, {0, 2, 1, 3}, loc), {B, T, H * hs}, loc);  // (B, T, H hs)
+}
+
 AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::string& name, bool bias,
-                                     const AttentionOptions& opt, Loc loc) {
+                                     const AttentionOptions& opt, std::optional<Init> proj_init, Loc loc) {
   Graph& g = *x.g;
   UserSite site(g, loc);
   Scope scope(g, name);
-  const std::int64_t B = x.dim(0), T = x.dim(1), D = x.dim(2);
+  const std::int64_t D = x.dim(-1);
   if (n_head <= 0 || D % n_head != 0)
     fail_at_call(g, "multi_head_attention", loc, fmt::format("n_embd {} is not divisible by n_head {}", D, n_head));
-  const std::int64_t hs = D / n_head;
-  auto heads = [&](Expr t) {  // (B, T, D) -> (B, H, T, hs)
-    return permute(reshape(t, {B, T, n_head, hs}, loc), {0, 2, 1, 3}, loc);
-  };
-  Expr q = heads(linear(x, D, "query", bias, {}, loc));
-  Expr k = heads(linear(x, D, "key", bias, {}, loc));
-  Expr v = heads(linear(x, D, "value", bias, {}, loc));
-  AttentionResult r = attention(q, k, v, opt, loc);                            // r.out: (B, H, T, hs)
-  Expr y = reshape(permute(r.out, {0, 2, 1, 3}, loc), {B, T, D}, loc);        // y: (B, T, D)
-  r.out = linear(y, D, "proj", bias, opt.proj_init, loc);
+  Expr q = split_heads(linear(x, D, "query", bias, {}, loc), n_head, loc);  // q: (B, H, T, hs)
+  Expr k = split_heads(linear(x, D, "key", bias, {}, loc), n_head, loc);    // k: (B, H, T, hs)
+  Expr v = split_heads(linear(x, D, "value", bias, {}, loc), n_head, loc);  // v: (B, H, T, hs)
+  AttentionResult r = attention(q, k, v, opt, loc);                         // r.out: (B, H, T, hs)
+  r.out = linear(merge_heads(r.out, loc), D, "proj", bias, proj_init, loc);  // (B, T, D)
   return r;
 }
 
@@ -217,13 +221,11 @@ Expr transformer_block(Expr x, const std::string& name, const BlockOptions& opt,
   Scope scope(g, name);
   const std::int64_t D = x.dim(-1);
   Expr h = layer_norm(x, "norm1", opt.eps, opt.bias, loc);
-  AttentionOptions attn = opt.attn;
-  if (opt.residual_init) attn.proj_init = opt.residual_init;
-  x = x + multi_head_attention(h, opt.n_head, "attn", opt.bias, attn, loc).out;
+  x = x + multi_head_attention(h, opt.n_head, "attn", opt.bias, opt.attn, opt.resid_init, loc).out;
   h = layer_norm(x, "norm2", opt.eps, opt.bias, loc);
   Scope mlp(g, "mlp");
   h = gelu(linear(h, 4 * D, "fc1", opt.bias, {}, loc), opt.gelu, loc);  // h: (B, T, 4D)
-  return x + linear(h, D, "fc2", opt.bias, opt.residual_init, loc);
+  return x + linear(h, D, "fc2", opt.bias, opt.resid_init, loc);
 }
 
 }  // namespace gg::dsl

@@ -41,9 +41,10 @@ Expr positional_encoding(Graph& g, std::int64_t max_len, std::int64_t d_model, L
 // non-overlapping p x p patches, row by row -> (B, (H/p)(W/p), C p p), each patch's
 // values ordered channel, row, column. H and W must be multiples of p.
 Expr patches(Expr images, std::int64_t p, Loc loc = Loc::current());
-// patches() followed by linear(..., d_model, name): the ViT input, (B, N, d_model).
-Expr patch_embedding(Expr images, std::int64_t p, std::int64_t d_model, const std::string& name,
-                     Loc loc = Loc::current());
+// patches() followed by linear(..., d_model, name, bias, w_init): the ViT input, (B, N, d_model).
+// Default init as linear's: W ~ N(0, 0.02), b = 0.
+Expr patch_embedding(Expr images, std::int64_t p, std::int64_t d_model, const std::string& name, bool bias = true,
+                     std::optional<Init> w_init = {}, Loc loc = Loc::current());
 
 // Masks hold 1 where attention is allowed and 0 where it is not.
 // causal_mask: (T, T), 1 where key <= query.
@@ -63,15 +64,15 @@ struct AttentionOptions {
   float dropout = 0.f;       // on the weights, after the softmax and before V
   bool training = false;
   bool scale = true;         // multiply scores by head_size^-0.5 (off for the ablation)
-  std::optional<Init> proj_init;  // multi-head attention's output projection weight (default N(0, 0.02))
 };
 
 struct AttentionResult {
-  Expr out;      // (..., T, hs)
-  Expr weights;  // (..., T, T), every row sums to 1 (before dropout)
+  Expr out;      // (..., Tq, hs)
+  Expr weights;  // (..., Tq, Tk), every row sums to 1 (before dropout)
 };
 
-// softmax(q k^T * hs^-0.5 [masked]) [dropout] @ v.  q, k, v: (..., T, hs).
+// softmax(q k^T * hs^-0.5 [masked]) [dropout] @ v.  q: (..., Tq, hs), k and v: (..., Tk, hs)
+// (Tq == Tk for self-attention) -> out (..., Tq, hs), weights (..., Tq, Tk).
 AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt = {}, Loc loc = Loc::current());
 
 // Single-head self-attention: q = x W_Q, k = x W_K, v = x W_V (no bias), W_*: (d_model, d_k)
@@ -81,11 +82,18 @@ AttentionResult single_head_attention(Expr x, std::int64_t d_k, const std::strin
                                       const AttentionOptions& opt = {}, bool out_proj = false,
                                       Loc loc = Loc::current());
 
+// The heads of a projected sequence and back: split_heads (B, T, D) -> (B, H, T, D/H)
+// (D must divide by n_head), merge_heads (B, H, T, hs) -> (B, T, H hs), its inverse.
+Expr split_heads(Expr x, std::int64_t n_head, Loc loc = Loc::current());
+Expr merge_heads(Expr x, Loc loc = Loc::current());
+
 // Multi-head self-attention as in the reference model: linear "query", "key", "value"
-// (D -> D), heads split to (B, H, T, hs), attention, heads concatenated, linear "proj".
-// x: (B, T, D) -> out (B, T, D), weights (B, H, T, T).
+// (D -> D), heads split to (B, H, T, hs), attention, heads concatenated, linear "proj"
+// (its weight drawn from proj_init, default N(0, 0.02)).
+// x: (B, T, D) -> out (B, T, D), weights (B, H, T, T). Cross-attention: dsl/transformer.h.
 AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::string& name, bool bias = true,
-                                     const AttentionOptions& opt = {}, Loc loc = Loc::current());
+                                     const AttentionOptions& opt = {}, std::optional<Init> proj_init = {},
+                                     Loc loc = Loc::current());
 
 struct BlockOptions {
   std::int64_t n_head = 4;
@@ -95,7 +103,7 @@ struct BlockOptions {
   AttentionOptions attn;  // mask, dropout, training, scale
   // Weights of the projections into the residual stream (attn.proj, mlp.fc2); default
   // N(0, 0.02). GPT-2 scales them by 1/sqrt(2 n_layer).
-  std::optional<Init> residual_init;
+  std::optional<Init> resid_init;
 };
 
 // Pre-LayerNorm block: x + attn(norm1(x)), then x + fc2(gelu(fc1(norm2(x)))) with a 4x MLP.

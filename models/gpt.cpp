@@ -79,7 +79,7 @@ Gpt build_gpt(const GptConfig& c, Expr tokens, std::optional<Expr> targets, bool
   bo.attn.training = training;
   bo.attn.scale = c.attn_scale;
   // GPT-2: projections into the residual stream start smaller, by 1/sqrt(2 n_layer).
-  bo.residual_init = normal_init(float(0.02 / std::sqrt(2.0 * double(std::max<std::int64_t>(1, c.n_layer)))));
+  bo.resid_init = normal_init(float(0.02 / std::sqrt(2.0 * double(std::max<std::int64_t>(1, c.n_layer)))));
   for (std::int64_t i = 0; i < c.n_layer; ++i) x = transformer_block(x, fmt::format("blocks.{}", i), bo);
   x = layer_norm(x, "norm_f", c.layernorm_eps, c.bias);                     // x: (B, T, D)
   Expr w = c.tie_weights ? Expr{&g, g.find("tok_emb.weight", OpKind::param)}

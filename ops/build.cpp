@@ -101,6 +101,13 @@ NodeId max(Graph& g, NodeId x, std::int64_t axis, bool keepdim, Loc loc) {
   return make(g, OpKind::max, {x}, at, loc);
 }
 
+NodeId argmax(Graph& g, NodeId x, std::int64_t axis, bool keepdim, Loc loc) {
+  Attrs at;
+  at.axis = axis;
+  at.keepdim = keepdim;
+  return make(g, OpKind::argmax, {x}, at, loc);
+}
+
 NodeId matmul(Graph& g, NodeId a, NodeId b, bool trans_a, bool trans_b, Loc loc) {
   Attrs at;
   at.trans_a = trans_a;

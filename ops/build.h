@@ -37,6 +37,8 @@ NodeId where(Graph& g, NodeId cond, NodeId a, NodeId b, Loc loc = Loc::current()
 // Reductions over one axis (negative counts from the end).
 NodeId sum(Graph& g, NodeId x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());
 NodeId max(Graph& g, NodeId x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());
+// i32 index of the largest entry along `axis`: the first on ties, a NaN counts as largest.
+NodeId argmax(Graph& g, NodeId x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());
 
 // a: (..., M, K) (or (..., K, M) with trans_a), b: (..., K, N) (or (..., N, K) with
 // trans_b); batch dims broadcast; out: (batch..., M, N).

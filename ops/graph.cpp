@@ -121,6 +121,7 @@ std::string attr_text(const Node& n) {
   switch (n.op) {
     case OpKind::sum:
     case OpKind::max:
+    case OpKind::argmax:
       return fmt::format("axis={}{}", a.axis, a.keepdim ? ", keepdim" : "");
     case OpKind::matmul:
       return a.trans_a && a.trans_b ? "trans_a, trans_b" : a.trans_a ? "trans_a" : a.trans_b ? "trans_b" : "";

@@ -1,6 +1,9 @@
-// Reductions over one axis: sum and max, with keepdim. A tensor is viewed as
+// Reductions over one axis: sum, max and argmax, with keepdim. A tensor is viewed as
 // (outer, n, inner) around the reduced axis; contiguous rows (inner == 1) reduce with
-// SIMD dot-style loops, strided ones accumulate whole inner rows at a time.
+// SIMD dot-style loops, strided ones accumulate whole inner rows at a time. argmax is
+// scalar code (it is for decoding and accuracy, not for the training step).
+#include <cmath>
+
 #include "ops/kernel_util.h"
 #include "ops/simd.h"
 
@@ -80,5 +83,36 @@ const OpRule max_rule = {
       NodeId hit = op::compare(a.g, a.in(0), keepdim_view(a, a.node), Cmp::eq);
       a.gin[0] = op::mul(a.g, hit, keepdim_view(a, a.gout));
     }};
+
+// ---- argmax ------------------------------------------------------------------------
+// A step function of x with i32 output: no gradient flows through it. Like torch.argmax
+// on CPU, the first index wins on ties and the first NaN counts as the largest entry.
+const OpRule argmax_rule = {
+    [](const Graph& g, Node& n) {
+      infer_reduce(g, n);
+      n.dtype = DType::i32;
+    },
+    [](const KernelArgs& a) {
+      auto sp = detail::split_at(*a.in[0].shape, a.node.attrs.axis);
+      const float* x = a.in[0].f();  // x: (outer, n, inner)
+      std::int32_t* o = a.out.i();   // out: (outer, inner)
+      parallel_for(sp.outer, std::max<std::int64_t>(1, 8192 / (sp.n * sp.inner)), [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i)
+          for (std::int64_t c = 0; c < sp.inner; ++c) {
+            const float* xi = x + i * sp.n * sp.inner + c;  // xi[j * inner]: row j of column c
+            float best = xi[0];
+            std::int32_t at = 0;
+            for (std::int64_t j = 1; j < sp.n && !std::isnan(best); ++j) {
+              const float v = xi[j * sp.inner];
+              if (v > best || std::isnan(v)) {
+                best = v;
+                at = std::int32_t(j);
+              }
+            }
+            o[i * sp.inner + c] = at;
+          }
+      });
+    },
+    nullptr};
 
 }  // namespace gg

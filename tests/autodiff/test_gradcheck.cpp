@@ -191,6 +191,16 @@ std::map<OpKind, Builder> gradcheck_table() {
     c.wrt = {x};
   };
 
+  t[OpKind::argmax] = [](Graph& g, Case& c) {  // a step function with i32 output: no gradient flows
+    c.kind = Case::no_grad;
+    c.note = "argmax over axis 1, compared with fixed i32 indices to reach a f32 loss";
+    std::vector<float> v = {0.1f, 2.f, -1.f, 1.f, 3.f, 0.f, -2.f, 1.5f, 0.5f};  // row maxima >= 0.5 apart
+    NodeId x = param_with(g, c, "x", {3, 3}, v);
+    NodeId hit = op::compare(g, op::argmax(g, x, 1), i32_const(g, {1, 0, 2}, {3}), Cmp::eq);  // (3): 1, 0, 0
+    c.loss = weighted_sum(g, hit);
+    c.wrt = {x};
+  };
+
   // ---- matmul: all four transpose flags, broadcast batch, shared 2-D right operand ---
   t[OpKind::matmul] = [](Graph& g, Case& c) {
     c.note = "ta/tb in {0,1}^2 with batch (2,1) x (3,), plus (2,3,4) @ (4,5) and @ (5,4)^T";

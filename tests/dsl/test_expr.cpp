@@ -102,3 +102,28 @@ TEST_CASE("param() is declared once per name; params() lists each; grad() works 
   CHECK(ex.get(gs[0].id).to_vector() == std::vector<float>{2, 4, 12});  // d/dw x w^2 = 2 x w
   CHECK(ex.get(gs[1].id).to_vector() == std::vector<float>{1, 1, 1});
 }
+
+TEST_CASE("argmax: i32 class indices for decoding and accuracy; no gradient flows through it") {
+  Graph g;
+  Expr logits = input(g, "x", {2, 3, 4});  // logits: (B, T, V)
+  Expr targets = constant(g, {1, 3, 0, 2, 2, 2}, {2, 3}, DType::i32);
+  Expr pred = argmax(logits, -1);  // pred: (B, T) i32
+  CHECK(pred.dtype() == DType::i32);
+  CHECK(pred.shape() == Shape{2, 3});
+  CHECK(argmax(logits, 1, true).shape() == Shape{2, 1, 4});
+  Expr accuracy = mean_all(compare(pred, targets, Cmp::eq));
+  // Rows: argmax 1, 3, 0 (a tie of 0 and 2: the first), 2, 0, 3.
+  const std::vector<float> x = {0, 5, 1, 2, /**/ 0, 0, 0, 1, /**/ 9, 1, 9, 1,
+                                0, 1, 7, 1, /**/ 4, 3, 2, 1, /**/ -3, -2, -1, 0};
+  CHECK(eval(g, accuracy, x)[0] == doctest::Approx(4.0 / 6.0));
+  ParamStore ps;
+  Executor ex(g, {pred.id}, ps);
+  ex.set_input("x", x);
+  ex.run();
+  const std::int32_t want[] = {1, 3, 0, 2, 0, 3};
+  for (int i = 0; i < 6; ++i) CHECK(ex.value(pred.id).i()[i] == want[i]);
+  Expr d = grad(accuracy, {logits})[0];  // zeros that do not even read the logits
+  Executor dex(g, {d.id}, ps);
+  dex.run();
+  CHECK(dex.get(d.id).to_vector() == std::vector<float>(24, 0.f));
+}

@@ -179,3 +179,92 @@ TEST_CASE("max of all-negative rows is not clamped to 0, sum of all-zero rows is
     CHECK(ex.value(sm).f()[1] == 0.f);
   }
 }
+
+// ---- argmax ---------------------------------------------------------------------------
+
+namespace {
+
+// Reference: index of the first largest entry along `axis` (keepdim layout).
+std::vector<std::int32_t> argmax_ref(const std::vector<float>& x, const Shape& s, std::size_t axis) {
+  std::int64_t outer = 1, inner = 1, n = s[axis];
+  for (std::size_t d = 0; d < axis; ++d) outer *= s[d];
+  for (std::size_t d = axis + 1; d < s.size(); ++d) inner *= s[d];
+  std::vector<std::int32_t> out(std::size_t(outer * inner));
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t i = 0; i < inner; ++i) {
+      std::int64_t best = 0;
+      for (std::int64_t j = 1; j < n; ++j)
+        if (x[std::size_t((o * n + j) * inner + i)] > x[std::size_t((o * n + best) * inner + i)]) best = j;
+      out[std::size_t(o * inner + i)] = std::int32_t(best);
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("argmax over each axis on awkward sizes: i32 indices, the first one on ties") {
+  std::uint32_t seed = 50;
+  for (std::int64_t n : kSizes) {
+    const std::vector<Shape> shapes = {{n}, {3, n}, {n, 3}, {2, n, 5}};
+    for (const Shape& s : shapes) {
+      // Values from {0, 1, 2}: almost every row has its maximum several times.
+      std::vector<float> x = random_values(numel(s), seed++);
+      for (float& v : x) v = std::floor((v + 2.f) * 0.75f);
+      for (std::int64_t axis = 0; axis < std::int64_t(s.size()); ++axis)
+        for (bool keepdim : {false, true}) {
+          INFO("argmax of " << to_string(s) << " over axis " << axis << (keepdim ? " keepdim" : ""));
+          Graph g;
+          NodeId in = op::input(g, "x", s);
+          NodeId y = op::argmax(g, in, axis - std::int64_t(s.size()), keepdim);  // as a negative axis
+          CHECK(g.node(y).dtype == DType::i32);
+          CHECK(g.node(y).attrs.axis == axis);
+          REQUIRE(g.node(y).shape == reduced_shape(s, std::size_t(axis), keepdim));
+          ParamStore ps;
+          Executor ex(g, {y}, ps);
+          ex.set_input("x", Tensor::f32(s, x));
+          ex.run();
+          Tensor out = ex.get(y);
+          REQUIRE(out.dtype() == DType::i32);
+          const std::vector<std::int32_t> want = argmax_ref(x, s, std::size_t(axis));
+          REQUIRE(out.numel() == std::int64_t(want.size()));
+          std::int64_t bad = 0;
+          for (std::size_t i = 0; i < want.size(); ++i)
+            if (out.i()[i] != want[i] && bad++ < 3) MESSAGE("at " << i << ": got " << out.i()[i] << ", want " << want[i]);
+          CHECK(bad == 0);
+        }
+    }
+  }
+}
+
+TEST_CASE("argmax of rows that are all equal, all -inf, or hold NaN (NaN counts as largest, as in torch)") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> x = {
+      4, 4, 4, 4, 4,                  // all equal: 0
+      -kInf, -kInf, -kInf, -kInf, -kInf,  // all -inf: 0
+      1, 7, nan, 9, nan,              // first NaN: 2
+      -kInf, 2, kInf, 3, kInf,        // first +inf: 2
+      -3, -2, -1, -1, -5,             // tie in the middle: 2
+  };
+  Graph g;
+  NodeId in = op::input(g, "x", {5, 5});
+  NodeId y = op::argmax(g, in, 1);
+  ParamStore ps;
+  Executor ex(g, {y}, ps);
+  ex.set_input("x", Tensor::f32({5, 5}, x));
+  ex.run();
+  const std::int32_t want[] = {0, 0, 2, 2, 2};
+  for (int r = 0; r < 5; ++r) {
+    INFO("row " << r);
+    CHECK(ex.value(y).i()[r] == want[r]);
+  }
+}
+
+TEST_CASE("argmax refuses an i32 operand, a scalar and an axis out of range") {
+  Graph g;
+  NodeId ids = op::input(g, "ids", {2, 3}, DType::i32);
+  NodeId s = op::scalar(g, 1.f);
+  NodeId x = op::input(g, "x", {2, 3});
+  CHECK_THROWS_WITH_AS(op::argmax(g, ids, 1), doctest::Contains("operand must be f32"), GraphError);
+  CHECK_THROWS_WITH_AS(op::argmax(g, s, 0), doctest::Contains("cannot reduce a scalar"), GraphError);
+  CHECK_THROWS_WITH_AS(op::argmax(g, x, 2), doctest::Contains("axis 2 out of range"), GraphError);
+}
