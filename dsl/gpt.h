@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "dsl/nn.h"
+#include "nn.h"
 
 namespace gg::dsl {
 

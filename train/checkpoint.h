@@ -7,8 +7,8 @@
 #include <map>
 #include <string>
 
-#include "dsl/gpt.h"
-#include "ops/tensor.h"
+#include "../dsl/gpt.h"
+#include "../ops/tensor.h"
 
 namespace gg::train {
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "dsl/gpt.h"
+#include "../dsl/gpt.h"
 
 namespace gg::train {
 

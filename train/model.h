@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/optim.h"
-#include "dsl/gpt.h"
-#include "io/safetensors.h"
-#include "ops/executor.h"
-#include "train/config.h"
+#include "../autodiff/optim.h"
+#include "../dsl/gpt.h"
+#include "../io/safetensors.h"
+#include "../ops/executor.h"
+#include "config.h"
 
 namespace gg::train {
 

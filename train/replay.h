@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "train/model.h"
+#include "model.h"
 
 namespace gg::train {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "dsl/gpt.h"
-#include "ops/tensor.h"
+#include "../dsl/gpt.h"
+#include "../ops/tensor.h"
 
 namespace gg::train {
 

@@ -14,13 +14,10 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/data.h"
+#include "train/data_path.h"
 #include "train/model.h"
 #include "train/plot.h"
 #include "train/progress.h"
-
-#ifndef GG_SOURCE_DIR
-#define GG_SOURCE_DIR "."
-#endif
 
 namespace gg::train {
 
@@ -122,10 +119,7 @@ dsl::GptConfig TrainOptions::model_config(std::int64_t vocab_size) const {
   return c;
 }
 
-std::string default_data_path() {
-  if (std::filesystem::exists("data/tinyshakespeare.txt")) return "data/tinyshakespeare.txt";
-  return std::string(GG_SOURCE_DIR) + "/data/tinyshakespeare.txt";
-}
+std::string default_data_path() { return find_data_file("tinyshakespeare.txt"); }
 
 namespace {
 // Mean loss over `iters` batches drawn from `split` with a fixed seed (same batches each time).

@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <string>
 
-#include "dsl/gpt.h"
-#include "train/sample.h"
+#include "../dsl/gpt.h"
+#include "sample.h"
 
 namespace gg::train {
 
@@ -53,8 +53,7 @@ struct TrainResult {
 // Runs the job, printing progress and reports to `out`. Throws InputError on bad input.
 TrainResult run_training(const TrainOptions& o, std::FILE* out = stdout);
 
-// The bundled data file (data/tinyshakespeare.txt next to the working dir, else the copy
-// in the source tree).
+// The bundled data/tinyshakespeare.txt, found by find_data_file() (train/data_path.h).
 std::string default_data_path();
 
 }  // namespace gg::train
