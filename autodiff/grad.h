@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/graph.h"
+#include "../ops/build.h"
+#include "../ops/graph.h"
 
 namespace gg {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/executor.h"
-#include "ops/graph.h"
-#include "ops/tensor.h"
+#include "../ops/executor.h"
+#include "../ops/graph.h"
+#include "../ops/tensor.h"
 
 namespace gg {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/tensor.h"
+#include "../ops/tensor.h"
 
 namespace gg {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/grad.h"
-#include "ops/build.h"
-#include "ops/graph.h"
+#include "../autodiff/grad.h"
+#include "../ops/build.h"
+#include "../ops/graph.h"
 
 namespace gg::dsl {
 

@@ -5,7 +5,7 @@
 
 #include <optional>
 
-#include "dsl/expr.h"
+#include "expr.h"
 
 namespace gg::dsl {
 

@@ -6,7 +6,7 @@
 
 #include <optional>
 
-#include "dsl/nn.h"
+#include "nn.h"
 
 namespace gg::dsl {
 

@@ -23,6 +23,7 @@
 #include "autodiff/optim.h"
 #include "dsl/nn.h"
 #include "ops/executor.h"
+#include "train/data_path.h"
 #include "train/plot.h"
 
 using namespace gg;
@@ -133,11 +134,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   auto t0 = std::chrono::steady_clock::now();
 
-  // Data: the working directory's data/digits.csv, else the source tree's (CTest runs in build/).
-  if (app.count("--data") == 0 && !std::filesystem::exists(data_path))
-    data_path = std::string(GG_SOURCE_DIR) + "/data/digits.csv";
+  // Data: the bundled data/digits.csv wherever it is (source, build or install tree).
   Digits all;
   try {
+    if (app.count("--data") == 0) data_path = train::find_data_file("digits.csv");
     all = load_digits(data_path);
   } catch (const std::exception& e) {
     fmt::print(stderr, "digits_patches: {}\n", e.what());

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "train/data.h"
+#include "train/data_path.h"
 
 namespace gg::models {
 
@@ -42,10 +43,7 @@ train::TrainOptions char_lm_train_defaults() {
   return t;
 }
 
-std::string default_text_path() {
-  if (std::filesystem::exists("data/tinyshakespeare.txt")) return "data/tinyshakespeare.txt";
-  return std::string(GG_SOURCE_DIR) + "/data/tinyshakespeare.txt";
-}
+std::string default_text_path() { return train::find_data_file("tinyshakespeare.txt"); }
 
 namespace {
 std::string vocab_json(const std::string& vocab) {

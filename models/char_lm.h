@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <string>
 
-#include "models/gpt.h"
-#include "train/checkpoint.h"
-#include "train/trainer.h"
+#include "gpt.h"
+#include "../train/checkpoint.h"
+#include "../train/trainer.h"
 
 namespace gg::models {
 

@@ -12,10 +12,10 @@
 #include <utility>
 #include <vector>
 
-#include "dsl/nn.h"
-#include "io/safetensors.h"
-#include "train/model.h"
-#include "train/options.h"
+#include "../dsl/nn.h"
+#include "../io/safetensors.h"
+#include "../train/model.h"
+#include "../train/options.h"
 
 namespace gg::models {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/graph.h"
+#include "graph.h"
 
 namespace gg::op {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/graph.h"
-#include "ops/op_rule.h"
-#include "ops/tensor.h"
+#include "graph.h"
+#include "op_rule.h"
+#include "tensor.h"
 
 namespace gg {
 

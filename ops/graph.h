@@ -13,18 +13,18 @@
 #include <string>
 #include <vector>
 
-#include "ops/shape.h"
+#include "shape.h"
 
 namespace gg {
 
 enum class OpKind : std::uint8_t {
 #define OP(name, arity) name,
-#include "ops/op_list.def"
+#include "op_list.def"
 #undef OP
 };
 inline constexpr int op_count = 0
 #define OP(name, arity) +1
-#include "ops/op_list.def"
+#include "op_list.def"
 #undef OP
     ;
 

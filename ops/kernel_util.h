@@ -7,9 +7,9 @@
 #include <array>
 #include <cstdint>
 
-#include "ops/build.h"
-#include "ops/op_rule.h"
-#include "ops/parallel.h"
+#include "build.h"
+#include "op_rule.h"
+#include "parallel.h"
 
 namespace gg::detail {
 

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "ops/graph.h"
+#include "graph.h"
 
 namespace gg {
 
@@ -51,7 +51,7 @@ struct OpRule {
 const OpRule& op_rule(OpKind k);
 
 #define OP(name, arity) extern const OpRule name##_rule;
-#include "ops/op_list.def"
+#include "op_list.def"
 #undef OP
 
 }  // namespace gg

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
-#include "ops/tensor.h"
-#include "train/error.h"
-#include "train/plot.h"
+#include "../io/safetensors.h"
+#include "../ops/tensor.h"
+#include "error.h"
+#include "plot.h"
 
 namespace gg::train {
 

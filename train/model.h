@@ -21,11 +21,11 @@
 #include <utility>
 #include <vector>
 
-#include "autodiff/optim.h"
-#include "dsl/expr.h"
-#include "ops/executor.h"
-#include "ops/tensor.h"
-#include "train/error.h"
+#include "../autodiff/optim.h"
+#include "../dsl/expr.h"
+#include "../ops/executor.h"
+#include "../ops/tensor.h"
+#include "error.h"
 
 namespace gg::train {
 

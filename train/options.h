@@ -29,7 +29,7 @@
 #include <variant>
 #include <vector>
 
-#include "train/error.h"
+#include "error.h"
 
 namespace gg::train {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "train/model.h"
-#include "train/error.h"
+#include "model.h"
+#include "error.h"
 
 namespace gg::train {
 

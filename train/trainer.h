@@ -22,9 +22,9 @@
 #include <utility>
 #include <vector>
 
-#include "autodiff/optim.h"
-#include "train/model.h"
-#include "train/options.h"
+#include "../autodiff/optim.h"
+#include "model.h"
+#include "options.h"
 
 namespace gg::train {
 

@@ -1,0 +1,44 @@
+// The umbrella header: the whole public API in one include, `#include <gradgraph/gradgraph.h>`.
+// Installed as P/include/gradgraph/gradgraph.h next to the layer directories; in a build tree
+// <gradgraph/...> resolves through build/include/gradgraph, a link to the source directory.
+// Every public header includes its neighbours relative to itself ("../ops/graph.h"), so only
+// P/include is needed on the path. Kernel internals (ops/simd.h, kernel_util.h, gemm.h,
+// parallel.h) are private: not installed, never included from here.
+#pragma once
+
+// ops: the IR, shapes, builders, tensors and the executor
+#include "ops/build.h"
+#include "ops/executor.h"
+#include "ops/graph.h"
+#include "ops/op_rule.h"
+#include "ops/shape.h"
+#include "ops/tensor.h"
+
+// autodiff: grad(), gradcheck(), optimizers and clipping
+#include "autodiff/grad.h"
+#include "autodiff/gradcheck.h"
+#include "autodiff/optim.h"
+
+// dsl: Expr handles, param(), nn compositions (attention, blocks, encoder and decoder)
+#include "dsl/expr.h"
+#include "dsl/nn.h"
+#include "dsl/transformer.h"
+
+// io: safetensors
+#include "io/safetensors.h"
+
+// train: any model on the generic trainer: option tables, checkpoints, data, reports
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/data_path.h"
+#include "train/error.h"
+#include "train/model.h"
+#include "train/options.h"
+#include "train/plot.h"
+#include "train/progress.h"
+#include "train/replay.h"
+#include "train/trainer.h"
+
+// models: the reference GPT and the char-LM job, declared with the DSL as a user would
+#include "models/char_lm.h"
+#include "models/gpt.h"
