@@ -140,14 +140,14 @@ int main(int argc, char** argv) {
   train::write_csv(out + "/grad_norm.csv", {clipped.grad_norm, unclipped.grad_norm});
 
   auto fmt_step = [](std::int64_t s) { return s < 0 ? std::string("never") : std::to_string(s); };
-  auto max_of = [](const train::Series& s) {
+  auto max_of = [](const train::Series& s) {  // "-" when the run stopped before its first evaluation
     double m = 0;
     for (double v : s.y) m = std::isfinite(v) ? std::max(m, v) : INFINITY;
-    return m;
+    return s.y.empty() ? std::string("-") : fmt::format("{:.4g}", m);
   };
   fmt::print("\n{:<16} {:>10} {:>11} {:>15} {:>8}\n", "run", "blew up at", "last loss", "max probe norm", "seconds");
   for (const Run* r : {&clipped, &unclipped})
-    fmt::print("{:<16} {:>10} {:>11.5g} {:>15.4g} {:>8.1f}\n", r->name, fmt_step(r->blew_up_at),
+    fmt::print("{:<16} {:>10} {:>11.5g} {:>15} {:>8.1f}\n", r->name, fmt_step(r->blew_up_at),
                r->loss.y.empty() ? NAN : r->loss.y.back(), max_of(r->grad_norm), r->seconds);
   for (const Run* r : {&clipped, &unclipped})
     if (!r->stopped.empty()) fmt::print("{}: {}\n", r->name, r->stopped);
