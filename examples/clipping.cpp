@@ -1,67 +1,81 @@
-// Gradient clipping as a safety rail: the same small character transformer trained twice
-// with plain SGD at a learning rate far too high, once with the global gradient norm
-// clipped to 1.0 (autodiff's clip_grad_norm, as torch.nn.utils.clip_grad_norm_) and once
-// without. Unclipped, one large gradient throws the weights so far that the loss blows up;
-// clipped, every update has norm <= lr * 1.0 and training stays finite.
-// Writes both loss curves (CSV, SVG) and the gradient norms, and prints where the unclipped
-// run diverged. Checks: the unclipped run diverges (a loss non-finite or above twice the
-// uniform guess's ln V), the clipped one stays finite and ends below its initial loss.
+// Gradient clipping as a safety rail: the reference GPT (models/gpt.h) trained twice by the
+// generic trainer with plain SGD at a learning rate far too high, once with the global
+// gradient norm clipped to 1.0 (autodiff's clip_grad_norm, as torch.nn.utils.clip_grad_norm_)
+// and once without. Unclipped, one large gradient throws the weights so far that the loss
+// blows up; clipped, every update has norm <= lr * 1.0 and training stays finite.
+// Each run writes its curves under --out/clipped and --out/unclipped (fit() stops a run at
+// its first non-finite loss and still writes them); the comparison reads them back into
+// --out/loss.csv and loss.svg. The gradient norm, before clipping, of one fixed probe batch
+// at the current weights is a metric (DataSource::metrics) and goes to --out/grad_norm.csv.
+// Checks: the unclipped run diverges (a loss non-finite or above twice the uniform guess's
+// ln V), the clipped one stays finite and ends below its initial loss.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <random>
 
-#include "autodiff/optim.h"
+#include "models/char_lm.h"
 #include "train/data.h"
-#include "train/model.h"
 #include "train/plot.h"
 #include "train/trainer.h"
 
 using namespace gg;
-using namespace gg::train;
+
+// One series of a curves CSV as fit() writes it ("series,x,y" rows), renamed `name`.
+static train::Series read_series(const std::string& path, const std::string& series, const std::string& name) {
+  train::Series s{name, {}, {}};
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with(series + ",")) {
+      char* end = nullptr;
+      s.x.push_back(std::strtod(line.c_str() + series.size() + 1, &end));
+      s.y.push_back(std::strtod(end + 1, nullptr));  // "nan", "inf" read as such
+    }
+  return s;
+}
 
 struct Run {
   std::string name;
-  Series loss, grad_norm;         // per step; grad_norm before clipping
+  train::Series loss, grad_norm;  // per step; per evaluation (of the probe batch)
+  std::string stopped;            // why fit() stopped the run early, if it did
   std::int64_t blew_up_at = -1;   // first step whose loss was non-finite or above the blow-up level
   double seconds = 0;
 };
 
-// Trains from `seed` (the same weights and batches for every run) with max_norm (0 = no clipping).
-static Run train_one(const std::string& name, const dsl::GptConfig& cfg, const CharData& data, std::int64_t B,
-                     std::int64_t steps, double lr, double max_norm, double blowup, std::uint64_t seed) {
-  Run r{name, {name, {}, {}}, {name, {}, {}}};
+// Trains into `dir` from o.seed (the same weights and batches for every run).
+static Run train_one(const std::string& name, const std::string& dir, const models::GptConfig& cfg,
+                     const train::DataSource& data, train::TrainOptions o, double blowup) {
+  Run r;
+  r.name = name, o.out_dir = dir;
+  std::filesystem::remove(dir + "/loss.csv");     // a run that stops early writes no metrics.csv:
+  std::filesystem::remove(dir + "/metrics.csv");  // none of an earlier run's may be read back
+  train::Model m = models::gpt_model(cfg);
+  train::RunInfo info;
+  info.title = fmt::format("SGD at lr {}, {}", o.lr, name);
   auto t0 = std::chrono::steady_clock::now();
-  ParamStore store;
-  StepRunner runner(cfg, B, cfg.block_size, store, /*training=*/false, seed);
-  store.init_missing(runner.graph(), seed);
-  Sgd opt;                                   // p -= lr * g
-  std::mt19937_64 rng(seed);
-  std::vector<std::int32_t> x, y;            // x, y: (B, T)
-  for (std::int64_t step = 0; step < steps; ++step) {
-    sample_batch(data.train, B, cfg.block_size, rng, x, y);
-    const double loss = runner.forward_backward(x.data(), y.data());
-    r.loss.x.push_back(double(step + 1));
-    r.loss.y.push_back(loss);
-    if (r.blew_up_at < 0 && !(loss <= blowup)) r.blew_up_at = step + 1;  // catches nan too
-    if (!std::isfinite(loss)) break;         // nothing left to learn from
-    std::vector<ParamGrad> pg = runner.grads();
-    const double norm = clip_grad_norm(pg, max_norm);
-    r.grad_norm.x.push_back(double(step + 1));
-    r.grad_norm.y.push_back(norm);
-    opt.step(pg, lr);
+  try {
+    train::fit(m, data, o, info);
+  } catch (const train::InputError& e) {  // diverged (the options were checked before)
+    r.stopped = e.what();
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.loss = read_series(dir + "/loss.csv", "train", name);
+  r.grad_norm = read_series(dir + "/metrics.csv", "grad_norm", name);
+  for (std::size_t i = 0; i < r.loss.y.size() && r.blew_up_at < 0; ++i)
+    if (!(r.loss.y[i] <= blowup)) r.blew_up_at = std::int64_t(r.loss.x[i]);  // catches nan too
+  if (r.blew_up_at < 0 && !r.stopped.empty()) r.blew_up_at = std::int64_t(r.loss.y.size()) + 1;
   return r;
 }
 
 int main(int argc, char** argv) {
   std::int64_t steps = 1000, batch = 16, n_embd = 64, n_head = 4, n_layer = 2, block = 32;
   double lr = 2.0, max_norm = 1.0;
-  std::uint64_t seed = 7;
+  std::int64_t seed = 7;
   std::string out = "runs/clipping";
   CLI::App app{"gradient clipping keeps an unstable SGD run finite"};
   app.add_option("--steps", steps, "training steps per run")->check(CLI::Range(1, 10000000));
@@ -73,45 +87,78 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "batch size");
   CLI11_PARSE(app, argc, argv);
 
-  CharData data = CharData::load(default_data_path(), block);
-  const std::int64_t V = std::int64_t(data.vocab.size());
-  dsl::GptConfig cfg{.vocab_size = V, .block_size = block, .n_layer = n_layer, .n_head = n_head, .n_embd = n_embd};
+  // The run: plain SGD (no momentum) at a constant lr, evaluated about 20 times.
+  train::TrainOptions o;
+  o.optimizer = "sgd", o.momentum = 0, o.lr = lr, o.min_lr = lr, o.warmup = 0, o.steps = steps;
+  o.seed = seed, o.quiet = true, o.eval_interval = std::max<std::int64_t>(1, steps / 20);
+  o.clip = max_norm;
+  try {
+    train::TrainOptions::table().validate(&o, "options");
+  } catch (const train::InputError& e) {
+    fmt::print(stderr, "clipping: {}\n", e.what());
+    return 2;
+  }
+
+  // Data: random (batch, block) windows of the text, targets shifted by one.
+  train::CharData text = train::CharData::load(models::default_text_path(), block);
+  auto sample = [&](const std::vector<std::int32_t>& split, std::mt19937_64& rng) {
+    std::vector<std::int32_t> x, y;  // x, y: (B, T)
+    train::sample_batch(split, batch, block, rng, x, y);
+    return train::Batch{{"tokens", Tensor::i32({batch, block}, x)}, {"targets", Tensor::i32({batch, block}, y)}};
+  };
+  std::mt19937_64 probe_rng(std::uint64_t(seed) + 1);
+  const train::Batch probe = sample(text.train, probe_rng);
+  train::DataSource data;
+  data.train = [&](std::mt19937_64& rng) { return sample(text.train, rng); };
+  data.metrics = [&](train::Model& m) {  // the probe's gradient norm at the current weights
+    m.forward_backward(probe);
+    std::vector<ParamGrad> pg = m.grads();
+    return std::vector<std::pair<std::string, double>>{{"grad_norm", clip_grad_norm(pg, 0)}};
+  };
+  data.items = [](const train::Batch& b) { return numel(b.at("tokens").shape()); };
+  data.item_name = "tok";
+
+  const std::int64_t V = std::int64_t(text.vocab.size());
+  models::GptConfig cfg;
+  cfg.vocab_size = V, cfg.block_size = block, cfg.n_layer = n_layer, cfg.n_head = n_head, cfg.n_embd = n_embd;
   const double blowup = 2 * std::log(double(V));  // twice the loss of a uniform guess
   fmt::print("{} layers x {} heads x {} dims, block {}, batch {}, {} steps, SGD lr {}\n", n_layer, n_head, n_embd,
              block, batch, steps, lr);
 
-  Run clipped = train_one(fmt::format("clipped at {}", max_norm), cfg, data, batch, steps, lr, max_norm, blowup, seed);
-  Run unclipped = train_one("unclipped", cfg, data, batch, steps, lr, 0, blowup, seed);
+  Run clipped = train_one(fmt::format("clipped at {}", max_norm), out + "/clipped", cfg, data, o, blowup);
+  o.clip = 0;
+  Run unclipped = train_one("unclipped", out + "/unclipped", cfg, data, o, blowup);
 
-  std::filesystem::create_directories(out);
-  write_csv(out + "/loss.csv", {clipped.loss, unclipped.loss});
+  train::write_csv(out + "/loss.csv", {clipped.loss, unclipped.loss});
   // The chart draws a loss above the blow-up level at that level, so both curves stay readable.
-  auto capped = [&](Series s) {
+  auto capped = [&](train::Series s) {
     for (double& v : s.y) v = v > blowup ? blowup : v;
     return s;
   };
-  write_svg(out + "/loss.svg", fmt::format("SGD at lr {}: clipped vs unclipped (capped at 2 ln V)", lr), "step",
-            "training loss", {capped(clipped.loss), capped(unclipped.loss)});
-  write_csv(out + "/grad_norm.csv", {clipped.grad_norm, unclipped.grad_norm});
+  train::write_svg(out + "/loss.svg", fmt::format("SGD at lr {}: clipped vs unclipped (capped at 2 ln V)", lr), "step",
+                   "training loss", {capped(clipped.loss), capped(unclipped.loss)});
+  train::write_csv(out + "/grad_norm.csv", {clipped.grad_norm, unclipped.grad_norm});
 
   auto fmt_step = [](std::int64_t s) { return s < 0 ? std::string("never") : std::to_string(s); };
-  auto max_norm_of = [](const Series& s) {
+  auto max_of = [](const train::Series& s) {  // "-" when the run stopped before its first evaluation
     double m = 0;
     for (double v : s.y) m = std::isfinite(v) ? std::max(m, v) : INFINITY;
-    return m;
+    return s.y.empty() ? std::string("-") : fmt::format("{:.4g}", m);
   };
-  fmt::print("\n{:<16} {:>10} {:>11} {:>14} {:>8}\n", "run", "blew up at", "final loss", "max grad norm", "seconds");
+  fmt::print("\n{:<16} {:>10} {:>11} {:>15} {:>8}\n", "run", "blew up at", "last loss", "max probe norm", "seconds");
   for (const Run* r : {&clipped, &unclipped})
-    fmt::print("{:<16} {:>10} {:>11.5g} {:>14.4g} {:>8.1f}\n", r->name, fmt_step(r->blew_up_at), r->loss.y.back(),
-               max_norm_of(r->grad_norm), r->seconds);
-  fmt::print("\nwrote {0}/loss.csv, {0}/loss.svg, {0}/grad_norm.csv\n", out);
+    fmt::print("{:<16} {:>10} {:>11.5g} {:>15} {:>8.1f}\n", r->name, fmt_step(r->blew_up_at),
+               r->loss.y.empty() ? NAN : r->loss.y.back(), max_of(r->grad_norm), r->seconds);
+  for (const Run* r : {&clipped, &unclipped})
+    if (!r->stopped.empty()) fmt::print("{}: {}\n", r->name, r->stopped);
+  fmt::print("\nwrote {0}/loss.csv, {0}/loss.svg, {0}/grad_norm.csv (each run's in {0}/clipped, {0}/unclipped)\n", out);
 
-  bool clipped_finite = true;
+  bool clipped_finite = clipped.stopped.empty() && !clipped.loss.y.empty();
   for (double l : clipped.loss.y) clipped_finite = clipped_finite && std::isfinite(l);
-  const bool clipped_learns = clipped.loss.y.back() < clipped.loss.y.front();
+  const bool clipped_learns = clipped_finite && clipped.loss.y.back() < clipped.loss.y.front();
   const bool holds = unclipped.blew_up_at > 0 && clipped_finite && clipped_learns;
   fmt::print("claim: unclipped diverges (step {}), clipped stays finite (final loss {:.4f} < initial {:.4f}): {}\n",
-             fmt_step(unclipped.blew_up_at), clipped.loss.y.back(), clipped.loss.y.front(),
-             holds ? "holds" : "DOES NOT HOLD");
+             fmt_step(unclipped.blew_up_at), clipped.loss.y.empty() ? NAN : clipped.loss.y.back(),
+             clipped.loss.y.empty() ? NAN : clipped.loss.y.front(), holds ? "holds" : "DOES NOT HOLD");
   return holds ? 0 : 1;
 }

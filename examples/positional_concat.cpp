@@ -2,20 +2,20 @@
 //   add:    x = tok_emb(tokens) + P                     (token width d_model)
 //   concat: x = [tok_emb(tokens) W_proj, P']            (tokens projected to d_model - d_pos,
 //                                                         then a d_pos-wide sinusoidal table)
-// Both models are trained on the bundled text with the same batches, optimizer and budget;
-// writes both loss curves (CSV, SVG) and prints the comparison.
+// Both models are trained on the bundled text by the generic trainer from the same seed,
+// with the same batches, optimizer and budget. Writes each run's curves and checkpoint
+// under --out/add and --out/concat, both training curves in --out/loss.csv and loss.svg,
+// and prints the comparison.
 // Checks: every loss stays finite and both models learn (validation loss falls).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <random>
 
-#include "autodiff/optim.h"
 #include "dsl/nn.h"
-#include "ops/executor.h"
+#include "models/char_lm.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/plot.h"
 #include "train/trainer.h"
@@ -23,38 +23,34 @@
 using namespace gg;
 using namespace gg::dsl;
 
-struct Model {
-  Expr tokens, targets;  // (B, T) i32
-  Expr loss;             // scalar
-  std::vector<Expr> params;
+struct LmSize {
+  std::int64_t V, d_model, d_pos, n_layer, n_head;
 };
 
 // A small character language model whose positional information is added or concatenated.
-static Model build_model(Graph& g, bool concat_pos, std::int64_t V, std::int64_t B, std::int64_t T,
-                         std::int64_t d_model, std::int64_t d_pos, std::int64_t n_layer, std::int64_t n_head) {
-  Model m;
-  m.tokens = input(g, "tokens", {B, T}, DType::i32);                      // tokens: (B, T)
-  Expr x;
-  if (!concat_pos) {
-    Expr tok = embedding(m.tokens, V, d_model, "tok_emb");                 // tok: (B, T, d_model)
-    x = tok + positional_encoding(g, T, d_model);                          // (T, d_model) broadcasts
-  } else {
-    Expr tok = embedding(m.tokens, V, d_model, "tok_emb");                 // tok: (B, T, d_model)
-    tok = linear(tok, d_model - d_pos, "tok_proj", /*bias=*/false);        // tok: (B, T, d_model - d_pos)
-    Expr pos = reshape(positional_encoding(g, T, d_pos), {1, T, d_pos});   // pos: (1, T, d_pos)
-    x = concat({tok, expand(pos, {B, T, d_pos})}, -1);                     // x: (B, T, d_model)
-  }
-  BlockOptions bo;
-  bo.n_head = n_head;
-  bo.attn.mask = causal_mask(g, T);                                        // each token sees its past
-  for (std::int64_t i = 0; i < n_layer; ++i) x = transformer_block(x, fmt::format("blocks.{}", i), bo);
-  x = layer_norm(x, "norm_f");                                             // x: (B, T, d_model)
-  Expr logits = linear(x, V, "head");                                      // logits: (B, T, V)
-  m.targets = input(g, "targets", {B, T}, DType::i32);                     // targets: (B, T)
-  m.loss = cross_entropy(logits, m.targets);
-  for (NodeId i = 0; i < g.size(); ++i)
-    if (g.node(i).op == OpKind::param) m.params.push_back({&g, i});
-  return m;
+// Inputs: tokens, targets (B, T) i32.
+static train::Model char_model(bool concat_pos, LmSize s) {
+  return train::Model(concat_pos ? "concat_pos_lm" : "add_pos_lm", [=](train::ModelInputs& in) {
+    Graph& g = in.graph();
+    Expr tokens = in["tokens"];                                              // tokens: (B, T)
+    const std::int64_t B = tokens.dim(0), T = tokens.dim(1);
+    Expr tok = embedding(tokens, s.V, s.d_model, "tok_emb");                 // tok: (B, T, d_model)
+    Expr x;
+    if (!concat_pos) {
+      x = tok + positional_encoding(g, T, s.d_model);                        // (T, d_model) broadcasts
+    } else {
+      tok = linear(tok, s.d_model - s.d_pos, "tok_proj", /*bias=*/false);    // tok: (B, T, d_model - d_pos)
+      Expr pos = reshape(positional_encoding(g, T, s.d_pos), {1, T, s.d_pos});  // pos: (1, T, d_pos)
+      x = concat({tok, expand(pos, {B, T, s.d_pos})}, -1);                   // x: (B, T, d_model)
+    }
+    BlockOptions bo;
+    bo.n_head = s.n_head;
+    bo.attn.mask = causal_mask(g, T);                                        // each token sees its past
+    for (std::int64_t i = 0; i < s.n_layer; ++i) x = transformer_block(x, fmt::format("blocks.{}", i), bo);
+    x = layer_norm(x, "norm_f");                                             // x: (B, T, d_model)
+    Expr logits = linear(x, s.V, "head");                                    // logits: (B, T, V)
+    return train::ModelOutputs{cross_entropy(logits, in["targets"]), {{"logits", logits}}};
+  });
 }
 
 struct Run {
@@ -65,57 +61,23 @@ struct Run {
   double seconds = 0;
 };
 
-// Trains one variant on batches drawn from `seed` (the same for every variant).
-static Run train_one(const std::string& name, bool concat_pos, const train::CharData& data, std::int64_t B,
-                     std::int64_t T, std::int64_t d_model, std::int64_t d_pos, std::int64_t n_layer,
-                     std::int64_t n_head, std::int64_t steps, double lr, std::uint64_t seed) {
+// Trains one variant into out/<name>; the validation loss is measured before and after.
+static Run train_one(const std::string& name, bool concat_pos, LmSize s, const train::DataSource& data,
+                     train::TrainOptions o, const std::string& out) {
+  o.out_dir = out + "/" + name;
+  train::Model m = char_model(concat_pos, s);
+  m.declare(data.val(0));
+  m.init_params(std::uint64_t(o.seed));  // fit() keeps these
   Run r{name, {name, {}, {}}};
-  auto t0 = std::chrono::steady_clock::now();
-  Graph g;
-  Model m = build_model(g, concat_pos, std::int64_t(data.vocab.size()), B, T, d_model, d_pos, n_layer, n_head);
-  std::vector<Expr> grads = grad(m.loss, m.params);
-  ParamStore store;
-  store.init_missing(g, seed);
-  r.n_params = store.count();
-  std::vector<NodeId> outputs = {m.loss.id};
-  for (Expr d : grads) outputs.push_back(d.id);
-  Executor step_plan(g, outputs, store);      // loss and gradients
-  Executor eval_plan(g, {m.loss.id}, store);  // loss only
-
-  std::vector<std::int32_t> x, y;             // x, y: (B, T)
-  auto validate = [&] {                       // mean loss over the same 20 validation batches
-    std::mt19937_64 val_rng(seed + 1);
-    double total = 0;
-    for (int i = 0; i < 20; ++i) {
-      train::sample_batch(data.val, B, T, val_rng, x, y);
-      eval_plan.set_input("tokens", x);
-      eval_plan.set_input("targets", y);
-      eval_plan.run();
-      total += eval_plan.scalar(m.loss.id);
-    }
-    return total / 20;
-  };
-  r.val_before = validate();
-
-  AdamW opt({.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1});
-  std::mt19937_64 rng(seed);
-  for (std::int64_t step = 0; step < steps; ++step) {
-    train::sample_batch(data.train, B, T, rng, x, y);
-    step_plan.set_input("tokens", x);
-    step_plan.set_input("targets", y);
-    step_plan.run();
-    const double loss = step_plan.scalar(m.loss.id);
-    r.curve.x.push_back(double(step + 1));
-    r.curve.y.push_back(loss);
-    if (!std::isfinite(loss)) break;          // diverged: the curve ends here
-    std::vector<ParamGrad> pg;
-    for (std::size_t i = 0; i < m.params.size(); ++i)
-      pg.push_back({m.params[i].name(), &store.at(m.params[i].name()), step_plan.value(grads[i].id).f()});
-    clip_grad_norm(pg, 1.0);
-    opt.step(pg, cosine_lr(step, steps / 10, steps, lr, lr / 10));
-  }
-  r.val_after = validate();
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.n_params = m.params().count();
+  r.val_before = train::evaluate_loss(m, data, o.eval_iters);
+  train::RunInfo info;
+  info.title = fmt::format("positional encoding {}", concat_pos ? "concatenated" : "added");
+  train::FitResult res = train::fit(m, data, o, info);
+  r.val_after = res.final_val_loss;
+  r.seconds = res.seconds;
+  for (const train::Series& c : train::load_checkpoint(res.checkpoint).curves)
+    if (c.name == "train") r.curve.x = c.x, r.curve.y = c.y;
   return r;
 }
 
@@ -133,16 +95,43 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "batch size");
   CLI11_PARSE(app, argc, argv);
 
-  train::CharData data = train::CharData::load(train::default_data_path(), block);
+  // Data: random (batch, block) windows of the text, targets shifted by one; 20 fixed
+  // validation batches, the same for both runs.
+  train::CharData text = train::CharData::load(models::default_text_path(), block);
+  auto sample = [&](const std::vector<std::int32_t>& split, std::mt19937_64& rng) {
+    std::vector<std::int32_t> x, y;  // x, y: (B, T)
+    train::sample_batch(split, batch, block, rng, x, y);
+    return train::Batch{{"tokens", Tensor::i32({batch, block}, x)}, {"targets", Tensor::i32({batch, block}, y)}};
+  };
+  std::vector<train::Batch> val;
+  std::mt19937_64 val_rng(1337 + 1);
+  for (int i = 0; i < 20; ++i) val.push_back(sample(text.val, val_rng));
+  train::DataSource data;
+  data.train = [&](std::mt19937_64& rng) { return sample(text.train, rng); };
+  data.val = [&](std::int64_t i) { return val[std::size_t(i)]; };
+  data.items = [](const train::Batch& b) { return numel(b.at("tokens").shape()); };
+  data.item_name = "tok";
+
+  // The run: AdamW, warm-up for a tenth of the steps, cosine to lr / 10, clip at 1.0.
+  train::TrainOptions o;
+  o.steps = steps, o.lr = lr, o.min_lr = lr / 10, o.warmup = steps / 10, o.seed = 1337, o.quiet = true;
+  o.eval_interval = std::max<std::int64_t>(1, steps / 5), o.eval_iters = o.final_eval_iters = 20;
+
+  const LmSize s{std::int64_t(text.vocab.size()), d_model, d_pos, n_layer, n_head};
   fmt::print("d_model {}, d_pos {}, {} layers x {} heads, block {}, batch {}, {} steps, lr {}\n", d_model, d_pos,
              n_layer, n_head, block, batch, steps, lr);
-  Run added = train_one("add", false, data, batch, block, d_model, d_pos, n_layer, n_head, steps, lr, 1337);
-  Run concatenated = train_one("concat", true, data, batch, block, d_model, d_pos, n_layer, n_head, steps, lr, 1337);
+  Run added, concatenated;
+  try {
+    added = train_one("add", false, s, data, o, out);
+    concatenated = train_one("concat", true, s, data, o, out);
+  } catch (const train::InputError& e) {  // a run diverged: its curves are in its directory
+    fmt::print("{}\nclaim: both stay finite and learn: DOES NOT HOLD\n", e.what());
+    return 1;
+  }
 
-  std::filesystem::create_directories(out);
   train::write_csv(out + "/loss.csv", {added.curve, concatenated.curve});
   train::write_svg(out + "/loss.svg", "positional encoding: added vs concatenated", "step", "training loss",
-            {added.curve, concatenated.curve});
+                   {added.curve, concatenated.curve});
 
   fmt::print("\n{:<8} {:>8} {:>11} {:>10} {:>11} {:>8}\n", "variant", "params", "val before", "val after",
              "train last", "seconds");
@@ -157,7 +146,7 @@ int main(int argc, char** argv) {
     if (!learned) fmt::print("  {}: validation loss did not fall\n", r->name);
     ok = ok && finite && learned;
   }
-  fmt::print("\nwrote {0}/loss.csv, {0}/loss.svg\n", out);
+  fmt::print("\nwrote {0}/loss.csv, {0}/loss.svg (each run's in {0}/add, {0}/concat)\n", out);
   fmt::print("better: {} (val {:.4f} vs {:.4f})\n", added.val_after <= concatenated.val_after ? "add" : "concat",
              std::min(added.val_after, concatenated.val_after), std::max(added.val_after, concatenated.val_after));
   fmt::print("claim: both stay finite and learn: {}\n", ok ? "holds" : "DOES NOT HOLD");

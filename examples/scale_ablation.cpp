@@ -1,69 +1,52 @@
-// Ablation of the attention scale: the same small character transformer trained twice on
-// the bundled text, with scores q k^T * hs^-0.5 (scaled) and with q k^T (unscaled). The
-// query and key weights start at N(0, 1/n_embd), so q and k have unit-variance components
-// as the paper's argument assumes: unscaled scores then have std sqrt(hs) = 8 with one wide
-// head (hs = n_embd = 64), the softmax saturates and its gradient vanishes.
-// Writes both loss curves (CSV, SVG) and prints the final losses.
+// Ablation of the attention scale: the reference GPT (models/gpt.h) trained twice on the
+// bundled text by the generic trainer, with scores q k^T * hs^-0.5 (scaled) and with q k^T
+// (unscaled). The query and key weights start at N(0, 1/n_embd), so q and k have
+// unit-variance components as the paper's argument assumes: unscaled scores then have std
+// sqrt(hs) = 8 with one wide head (hs = n_embd = 64), the softmax saturates and its
+// gradient vanishes. Both runs start from the same weights and see the same batches.
+// Writes each run's curves and checkpoint under --out/scaled and --out/unscaled, both
+// training curves in --out/loss.csv and loss.svg, and prints the final losses.
 // Checks: both runs stay finite; with enough steps (--steps >= 200) the scaled run's
 // validation loss is not worse than the unscaled one's by more than --margin.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <random>
 
-#include "autodiff/optim.h"
+#include "models/char_lm.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
-#include "train/model.h"
 #include "train/plot.h"
 #include "train/trainer.h"
 
 using namespace gg;
-using namespace gg::train;
 
 struct Run {
   std::string name;
-  Series curve;             // training loss per step
-  double val_loss = NAN;    // mean over fixed validation batches after training
+  train::Series curve;  // training loss per step
+  double val_loss = NAN;  // mean over the 20 fixed validation batches after training
   double seconds = 0;
 };
 
-// Trains one model from `seed` on the same batches as every other run; returns its curve.
-static Run train_one(const std::string& name, const dsl::GptConfig& cfg, const CharData& data, std::int64_t B,
-                     std::int64_t steps, double lr, double qk_std, std::uint64_t seed) {
-  Run r{name, {name, {}, {}}};
-  auto t0 = std::chrono::steady_clock::now();
-  ParamStore store;
-  StepRunner runner(cfg, B, cfg.block_size, store, /*training=*/false, seed);
-  store.init_missing(runner.graph(), seed);  // both runs start from the same weights
-  for (auto& [pname, w] : store.all())      // W_Q, W_K: (D, D) from N(0, 0.02) to N(0, qk_std)
+// Trains `cfg` with W_Q and W_K rescaled from N(0, 0.02) to N(0, qk_std) at init.
+static Run train_one(const std::string& name, const std::string& dir, const models::GptConfig& cfg,
+                     const train::DataSource& data, train::TrainOptions o, double qk_std) {
+  o.out_dir = dir;
+  train::Model m = models::gpt_model(cfg);
+  m.declare(data.val(0));
+  m.init_params(std::uint64_t(o.seed));  // fit() keeps parameters that are already there
+  for (auto& [pname, w] : m.params().all())
     if (pname.ends_with("attn.query.weight") || pname.ends_with("attn.key.weight"))
       for (float& v : w.fspan()) v *= float(qk_std / 0.02);
-  AdamW opt({.beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1});
-  std::mt19937_64 rng(seed);                 // and see the same batches
-  std::vector<std::int32_t> x, y;            // x, y: (B, T)
-  for (std::int64_t step = 0; step < steps; ++step) {
-    sample_batch(data.train, B, cfg.block_size, rng, x, y);
-    const double loss = runner.forward_backward(x.data(), y.data());
-    r.curve.x.push_back(double(step + 1));
-    r.curve.y.push_back(loss);
-    if (!std::isfinite(loss)) break;         // diverged: the curve ends here
-    std::vector<ParamGrad> pg = runner.grads();
-    clip_grad_norm(pg, 1.0);
-    opt.step(pg, cosine_lr(step, steps / 10, steps, lr, lr / 10));
-  }
-  std::mt19937_64 val_rng(seed + 1);         // the same validation batches for every run
-  double total = 0;
-  const int val_batches = 20;
-  for (int i = 0; i < val_batches; ++i) {
-    sample_batch(data.val, B, cfg.block_size, val_rng, x, y);
-    total += runner.loss(x.data(), y.data());
-  }
-  r.val_loss = total / val_batches;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  train::RunInfo info;
+  info.title = "attention scale ablation: " + name;
+  train::FitResult r = train::fit(m, data, o, info);
+  Run run{name, {name, {}, {}}, r.final_val_loss, r.seconds};
+  for (const train::Series& s : train::load_checkpoint(r.checkpoint).curves)
+    if (s.name == "train") run.curve.x = s.x, run.curve.y = s.y;
+  return run;
 }
 
 int main(int argc, char** argv) {
@@ -81,26 +64,53 @@ int main(int argc, char** argv) {
   app.add_option("--qk-std", qk_std, "std of the query/key weights at init (0 = 1/sqrt(n_embd); GPT's is 0.02)");
   app.add_option("--margin", margin, "allowed excess of the scaled run's val loss over the unscaled one's");
   CLI11_PARSE(app, argc, argv);
-
   if (qk_std <= 0) qk_std = 1.0 / std::sqrt(double(n_embd));
-  CharData data = CharData::load(default_data_path(), block);
-  dsl::GptConfig cfg{.vocab_size = std::int64_t(data.vocab.size()), .block_size = block, .n_layer = n_layer,
-                     .n_head = n_head, .n_embd = n_embd};
+
+  // Data: random (batch, block) windows of the text, targets shifted by one; 20 fixed
+  // validation batches, the same for both runs.
+  train::CharData text = train::CharData::load(models::default_text_path(), block);
+  auto sample = [&](const std::vector<std::int32_t>& split, std::mt19937_64& rng) {
+    std::vector<std::int32_t> x, y;  // x, y: (B, T)
+    train::sample_batch(split, batch, block, rng, x, y);
+    return train::Batch{{"tokens", Tensor::i32({batch, block}, x)}, {"targets", Tensor::i32({batch, block}, y)}};
+  };
+  std::vector<train::Batch> val;
+  std::mt19937_64 val_rng(1337 + 1);
+  for (int i = 0; i < 20; ++i) val.push_back(sample(text.val, val_rng));
+  train::DataSource data;
+  data.train = [&](std::mt19937_64& rng) { return sample(text.train, rng); };
+  data.val = [&](std::int64_t i) { return val[std::size_t(i)]; };
+  data.items = [](const train::Batch& b) { return numel(b.at("tokens").shape()); };
+  data.item_name = "tok";
+
+  // The run: AdamW, warm-up for a tenth of the steps, cosine to lr / 10, clip at 1.0.
+  train::TrainOptions o;
+  o.steps = steps, o.lr = lr, o.min_lr = lr / 10, o.warmup = steps / 10, o.seed = 1337, o.quiet = true;
+  o.eval_interval = std::max<std::int64_t>(1, steps / 5), o.eval_iters = o.final_eval_iters = 20;
+
+  models::GptConfig cfg;
+  cfg.vocab_size = std::int64_t(text.vocab.size()), cfg.block_size = block, cfg.n_layer = n_layer;
+  cfg.n_head = n_head, cfg.n_embd = n_embd;
   fmt::print("{} layers, {} head(s) of size {}, block {}, batch {}, {} steps, lr {}, W_Q/W_K std {:.3f}\n",
              n_layer, n_head, n_embd / n_head, block, batch, steps, lr, qk_std);
 
-  cfg.attn_scale = true;
-  Run scaled = train_one("scaled (hs^-0.5)", cfg, data, batch, steps, lr, qk_std, 1337);
-  cfg.attn_scale = false;
-  Run unscaled = train_one("unscaled", cfg, data, batch, steps, lr, qk_std, 1337);
+  Run scaled, unscaled;
+  try {
+    cfg.attn_scale = true;
+    scaled = train_one("scaled (hs^-0.5)", out + "/scaled", cfg, data, o, qk_std);
+    cfg.attn_scale = false;
+    unscaled = train_one("unscaled", out + "/unscaled", cfg, data, o, qk_std);
+  } catch (const train::InputError& e) {  // a run diverged: its curves are in its directory
+    fmt::print("{}\nclaim: both runs stay finite: DOES NOT HOLD\n", e.what());
+    return 1;
+  }
 
-  std::filesystem::create_directories(out);
-  write_csv(out + "/loss.csv", {scaled.curve, unscaled.curve});
-  write_svg(out + "/loss.svg", "attention scale ablation: training loss", "step", "loss",
+  train::write_csv(out + "/loss.csv", {scaled.curve, unscaled.curve});
+  train::write_svg(out + "/loss.svg", "attention scale ablation: training loss", "step", "loss",
             {scaled.curve, unscaled.curve});
 
   // Result table: the mean of the last 10% of training losses smooths batch noise.
-  auto tail_mean = [](const Series& s) {
+  auto tail_mean = [](const train::Series& s) {
     const std::size_t n = std::max<std::size_t>(1, s.y.size() / 10);
     double t = 0;
     for (std::size_t i = s.y.size() - n; i < s.y.size(); ++i) t += s.y[i];
@@ -113,7 +123,7 @@ int main(int argc, char** argv) {
   const bool finite = std::isfinite(scaled.val_loss) && std::isfinite(unscaled.val_loss) &&
                       std::isfinite(tail_mean(scaled.curve)) && std::isfinite(tail_mean(unscaled.curve));
   const bool written = std::filesystem::exists(out + "/loss.csv") && std::filesystem::exists(out + "/loss.svg");
-  fmt::print("\nwrote {0}/loss.csv, {0}/loss.svg\n", out);
+  fmt::print("\nwrote {0}/loss.csv, {0}/loss.svg (each run's in {0}/scaled, {0}/unscaled)\n", out);
   fmt::print("better: {} (val {:.4f} vs {:.4f})\n", scaled.val_loss <= unscaled.val_loss ? scaled.name : unscaled.name,
              std::min(scaled.val_loss, unscaled.val_loss), std::max(scaled.val_loss, unscaled.val_loss));
   bool ok = finite && written;
