@@ -5,6 +5,7 @@
 
 #include "tests/test_util.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -101,4 +102,63 @@ TEST_CASE("param() is declared once per name; params() lists each; grad() works 
   ex.run();
   CHECK(ex.get(gs[0].id).to_vector() == std::vector<float>{2, 4, 12});  // d/dw x w^2 = 2 x w
   CHECK(ex.get(gs[1].id).to_vector() == std::vector<float>{1, 1, 1});
+}
+
+namespace {
+// The message of the GraphError that `f` throws ("" and a failed check if none).
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const GraphError& e) {
+    return e.what();
+  }
+  FAIL("no GraphError thrown");
+  return {};
+}
+}  // namespace
+
+TEST_CASE("mixing Exprs of two graphs is a GraphError naming both nodes") {
+  Graph g1, g2;
+  Expr a = input(g1, "a", {2, 2});
+  Expr b = input(g2, "b", {2, 2});
+  Expr i = input(g2, "i", {2}, DType::i32);
+  for (auto f : std::vector<std::function<void()>>{
+           [&] { (void)(a + b); }, [&] { (void)(a * b); }, [&] { (void)matmul(a, b); },
+           [&] { (void)where(a, a, b); }, [&] { (void)where(b, a, a); }, [&] { (void)concat({a, b}, 0); },
+           [&] { (void)gather(a, i); }, [&] { (void)maximum(a, b); }, [&] { (void)compare(a, b, Cmp::lt); }}) {
+    std::string msg = error_of(f);
+    INFO(msg);
+    CHECK(contains(msg, "'a'"));
+    CHECK(contains(msg, "different graphs"));
+    CHECK((contains(msg, "'b'") || contains(msg, "'i'")));
+    CHECK(contains(msg, "test_expr.cpp:"));
+  }
+  CHECK(contains(error_of([&] { grad(sum_all(a), {b}); }), "different graphs"));
+}
+
+TEST_CASE("an op on an empty (default-constructed) Expr throws instead of crashing") {
+  Graph g;
+  Expr x = input(g, "x", {2});
+  Expr empty;
+  for (auto f : std::vector<std::function<void()>>{
+           [&] { (void)(empty + 1.f); }, [&] { (void)(x + empty); }, [&] { (void)(2.f * empty); },
+           [&] { (void)exp(empty); }, [&] { (void)matmul(x, empty); }, [&] { (void)-empty; },
+           [&] { (void)empty.shape(); }, [&] { (void)sum_all(empty); }, [&] { (void)concat({}, 0); }}) {
+    std::string msg = error_of(f);
+    INFO(msg);
+    CHECK(contains(msg, "empty"));
+  }
+}
+
+TEST_CASE("grad() of a non-scalar points at the user's grad() call, not at the op") {
+  Graph g;
+  Expr x = input(g, "x", {3});
+  Expr y = exp(x);
+  std::string msg;
+  int line = 0;
+  try { line = __LINE__; grad(y, {x}); } catch (const GraphError& e) { msg = e.what(); }
+  INFO(msg);
+  CHECK(contains(msg, "test_expr.cpp:" + std::to_string(line)));
+  CHECK(contains(msg, "(3,)"));
 }
