@@ -52,7 +52,8 @@ TEST_CASE("inputs are fed by name; mistakes name the input") {
 
   SUBCASE("wrong name") {
     std::string msg = error_of([&] { ex.set_input("tokens.y", Tensor({2, 3})); });
-    CHECK(contains(msg, "no input named 'tokens.y'"));
+    CHECK(contains(msg, "no input 'tokens.y'"));
+    CHECK(contains(msg, "did you mean 'tokens.x'?"));
   }
   SUBCASE("wrong shape") {
     std::string msg = error_of([&] { ex.set_input("tokens.x", Tensor({3, 2})); });
