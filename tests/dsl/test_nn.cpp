@@ -759,3 +759,17 @@ TEST_CASE("embedding: an id outside the table is an error at run time, not a rea
   try { ex.run(); } catch (const GraphError& e2) { msg = e2.what(); }
   CHECK(contains(msg, "index 4 at position 1 is out of range [0, 4)"));
 }
+
+TEST_CASE("cross_entropy refuses, at run time, a target outside the vocabulary that is not ignored") {
+  Graph g;
+  Expr logits = input(g, "logits", {2, 3});
+  Expr targets = input(g, "targets", {2}, DType::i32);
+  Expr loss = cross_entropy(logits, targets, -1);
+  ParamStore ps;
+  Executor ex(g, {loss.id}, ps);
+  ex.set_input("logits", Tensor(Shape{2, 3}));
+  ex.set_input("targets", std::vector<std::int32_t>{1, 3});
+  std::string msg;
+  try { ex.run(); } catch (const GraphError& e) { msg = e.what(); }
+  CHECK(contains(msg, "target 3 at position 1 is outside [0, 3) and not the ignore index -1"));
+}
