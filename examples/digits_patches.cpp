@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
     }
     std::vector<ParamGrad> pg;
     for (std::size_t i = 0; i < ps.size(); ++i)
-      pg.push_back({ps[i].name(), &store.at(ps[i].name()), step_plan.value(grads[i].id).f()});
+      pg.push_back({ps[i].name(), &store.at(ps[i].name()), step_plan.value(grads[i].id).fspan()});
     clip_grad_norm(pg, 1.0);
     opt.step(pg, cosine_lr(step, steps / 20, steps, lr, lr / 10));
     if ((step + 1) % eval_every == 0 || step + 1 == steps) {

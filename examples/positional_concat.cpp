@@ -110,7 +110,7 @@ static Run train_one(const std::string& name, bool concat_pos, const train::Char
     if (!std::isfinite(loss)) break;          // diverged: the curve ends here
     std::vector<ParamGrad> pg;
     for (std::size_t i = 0; i < m.params.size(); ++i)
-      pg.push_back({m.params[i].name(), &store.at(m.params[i].name()), step_plan.value(grads[i].id).f()});
+      pg.push_back({m.params[i].name(), &store.at(m.params[i].name()), step_plan.value(grads[i].id).fspan()});
     clip_grad_norm(pg, 1.0);
     opt.step(pg, cosine_lr(step, steps / 10, steps, lr, lr / 10));
   }

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     ex.run();
     std::vector<ParamGrad> pg;
     for (std::size_t i = 0; i < ps.size(); ++i)
-      pg.push_back({ps[i].name(), &store.at(ps[i].name()), ex.value(grads[i].id).f()});
+      pg.push_back({ps[i].name(), &store.at(ps[i].name()), ex.value(grads[i].id).fspan()});
     opt.step(pg, /*lr=*/0.05);
   }
 

@@ -122,7 +122,7 @@ std::vector<ParamGrad> StepRunner::grads() {
   std::vector<ParamGrad> r;
   for (std::size_t i = 0; i < m_.params.size(); ++i) {
     const std::string& name = m_.params[i].name();
-    r.push_back({name, &store_.at(name), train_->value(grads_[i]).f()});
+    r.push_back({name, &store_.at(name), train_->value(grads_[i]).fspan()});
   }
   return r;
 }

@@ -173,7 +173,7 @@ TrainResult run_training(const TrainOptions& opts, std::FILE* out) {
     if (ck.step > o.steps)
       throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond --steps {}", ck_path, ck.step, o.steps));
     params = std::move(ck.params);
-    optim->load_state(ck.optim_state, ck.step);
+    optim->load_state(ck.optim_state, ck.step, param_shapes(params));
     rng_state = ck.rng_state;
     start = ck.step;
     fmt::print(out, "resuming {} at step {}\n", ck_path, start);
