@@ -39,6 +39,18 @@ Graph& graph_of(const char* what, Loc loc, std::initializer_list<Expr> xs) {
   return *first->g;
 }
 
+std::vector<NodeId> node_ids(const Graph& g, const std::vector<Expr>& xs, Loc loc) {
+  std::vector<NodeId> ids;
+  for (const Expr& e : xs) {
+    graph_of("node_ids", loc, {e});
+    if (e.g != &g)
+      throw GraphError(fmt::format("node_ids at {}: {} belongs to another graph than the executor's", site_string(loc),
+                                   describe(e)));
+    ids.push_back(e.id);
+  }
+  return ids;
+}
+
 std::int64_t Expr::dim(int axis) const {
   const Shape& s = shape();
   int a = axis < 0 ? axis + int(s.size()) : axis;

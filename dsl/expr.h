@@ -99,6 +99,10 @@ std::vector<Expr> params(Graph& g);
 // A non-scalar `out` or a wrt of another graph is reported at the caller's line.
 std::vector<Expr> grad(Expr out, const std::vector<Expr>& wrt, Loc loc = Loc::current());
 
+// The node ids of `xs` for an Executor of `g` (Executor(g, node_ids(g, {loss, pred}), store));
+// throws GraphError if one is empty or belongs to another graph (an id alone cannot tell).
+std::vector<NodeId> node_ids(const Graph& g, const std::vector<Expr>& xs, Loc loc = Loc::current());
+
 // The graph all of `xs` belong to; throws GraphError "<what> at <file>:<line>: ..." when
 // one is empty or two belong to different graphs (naming both nodes).
 Graph& graph_of(const char* what, Loc loc, std::initializer_list<Expr> xs);

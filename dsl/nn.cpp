@@ -111,6 +111,8 @@ Expr embedding(Expr index, std::int64_t num, std::int64_t dim, const std::string
 
 Expr positional_encoding(Graph& g, std::int64_t max_len, std::int64_t d_model, Loc loc) {
   UserSite site(g, loc);
+  if (max_len < 1 || d_model < 1)
+    fail_at_call(g, "positional_encoding", loc, fmt::format("max_len {} and d_model {} must be >= 1", max_len, d_model));
   std::vector<float> p(static_cast<std::size_t>(max_len * d_model));
   for (std::int64_t pos = 0; pos < max_len; ++pos)
     for (std::int64_t i = 0; i < d_model; ++i) {
@@ -144,6 +146,7 @@ Expr patch_embedding(Expr images, std::int64_t p, std::int64_t d_model, const st
 
 Expr causal_mask(Graph& g, std::int64_t T, Loc loc) {
   UserSite site(g, loc);
+  if (T < 1) fail_at_call(g, "causal_mask", loc, fmt::format("length T = {} must be >= 1", T));
   std::vector<float> m(static_cast<std::size_t>(T * T));
   for (std::int64_t q = 0; q < T; ++q)
     for (std::int64_t k = 0; k < T; ++k) m[std::size_t(q * T + k)] = k <= q ? 1.f : 0.f;
@@ -256,6 +259,8 @@ AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::str
   Graph& g = graph_of("multi_head_attention", loc, {x});
   UserSite site(g, loc);
   Scope scope(g, name);
+  if (x.rank() != 3)
+    fail_at_call(g, "multi_head_attention", loc, fmt::format("wants x (B, T, D), got {} ('{}')", to_string(x.shape()), x.name()));
   const std::int64_t B = x.dim(0), T = x.dim(1), D = x.dim(2);
   if (n_head <= 0 || D % n_head != 0)
     fail_at_call(g, "multi_head_attention", loc, fmt::format("n_embd {} is not divisible by n_head {}", D, n_head));

@@ -66,6 +66,9 @@ struct Node {
   DType dtype = DType::f32;
   std::string name;          // scoped user name, e.g. "blocks.1.attn.query"
   std::source_location loc;  // where the user asked for it
+  // The leaves generic passes (gradcheck, optimizers) may ask about without naming ops.
+  bool is_param() const { return op == OpKind::param; }
+  bool is_input() const { return op == OpKind::input; }
 };
 
 // The one error type for mistakes in a model declaration (and in data fed to it).

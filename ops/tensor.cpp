@@ -22,6 +22,8 @@ void aligned_free(void* p) { std::free(p); }
 void Tensor::Free::operator()(void* p) const { aligned_free(p); }
 
 Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
+  for (std::int64_t d : shape_)
+    if (d < 0) throw GraphError(fmt::format("Tensor: negative dimension in shape {}", to_string(shape_)));
   std::size_t bytes = std::size_t(numel()) * 4;
   buf_.reset(aligned_alloc64(bytes));
   std::memset(buf_.get(), 0, bytes);

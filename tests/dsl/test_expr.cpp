@@ -162,3 +162,15 @@ TEST_CASE("grad() of a non-scalar points at the user's grad() call, not at the o
   CHECK(contains(msg, "test_expr.cpp:" + std::to_string(line)));
   CHECK(contains(msg, "(3,)"));
 }
+
+TEST_CASE("node_ids: the ids of Exprs for an executor, refusing an Expr of another graph") {
+  Graph g, other;
+  Expr x = input(g, "x", {2});
+  Expr y = exp(x);
+  Expr z = input(other, "z", {2});
+  CHECK(node_ids(g, {x, y}) == std::vector<NodeId>{x.id, y.id});
+  std::string msg = error_of([&] { node_ids(g, {y, z}); });
+  CHECK(contains(msg, "'z'"));
+  CHECK(contains(msg, "another graph"));
+  CHECK(contains(error_of([&] { node_ids(g, {Expr{}}); }), "empty"));
+}

@@ -773,3 +773,19 @@ TEST_CASE("cross_entropy refuses, at run time, a target outside the vocabulary t
   try { ex.run(); } catch (const GraphError& e) { msg = e.what(); }
   CHECK(contains(msg, "target 3 at position 1 is outside [0, 3) and not the ignore index -1"));
 }
+
+TEST_CASE("sizes a composite cannot use are GraphErrors at the user's line, not allocation failures") {
+  Graph g;
+  Expr x = input(g, "x", {2, 3});
+  auto msg_of = [](auto f) {
+    try {
+      f();
+    } catch (const GraphError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no GraphError");
+  };
+  CHECK(contains(msg_of([&] { causal_mask(g, -100000000); }), "causal_mask at test_nn.cpp:"));
+  CHECK(contains(msg_of([&] { positional_encoding(g, -2, 4); }), "max_len -2"));
+  CHECK(contains(msg_of([&] { multi_head_attention(x, 1, "m"); }), "multi_head_attention at test_nn.cpp:"));
+}

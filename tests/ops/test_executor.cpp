@@ -419,3 +419,12 @@ TEST_CASE("a value check attached to a node runs after the node is computed and 
   ex2.set_input("x", std::vector<float>{1, 2, 3});
   CHECK_NOTHROW(ex2.run());
 }
+
+TEST_CASE("a Tensor with a negative dimension and sum_to a shape that does not broadcast throw GraphError") {
+  CHECK(contains(error_of([] { Tensor t({-1, 2}); }), "negative dimension in shape (-1, 2)"));
+  Graph g;
+  NodeId x = op::input(g, "x", {2, 3});
+  std::string msg = error_of([&] { op::sum_to(g, x, {5}); });
+  CHECK(contains(msg, "(5,) does not broadcast to (2, 3)"));
+  CHECK(contains(error_of([&] { op::sum_to(g, 42, {5}); }), "%42 is not a node of this graph"));
+}
