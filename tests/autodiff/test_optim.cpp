@@ -322,3 +322,19 @@ TEST_CASE("step() and clip_grad_norm refuse a gradient whose size differs from i
   }
   CHECK(contains(error_of([&] { clip_grad_norm(pg, 1.0); }), "'w'"));
 }
+
+TEST_CASE("step() refuses a parameter whose loaded moments have another shape, instead of reading past them") {
+  Fixture f;
+  AdamW adam;
+  f.set_grads(1);
+  adam.step(f.pg(), 0.01);
+  AdamW a2;
+  a2.load_state(adam.state(), 1, param_shapes(f.store));
+  Tensor w3({3});
+  std::vector<float> g3(3, 0.1f);
+  std::vector<ParamGrad> pg = {{"w", &w3, g3}};
+  std::string msg = error_of([&] { a2.step(pg, 0.01); });
+  CHECK(contains(msg, "adam_m.w"));
+  CHECK(contains(msg, "(2, 2)"));
+  CHECK(contains(msg, "(3,)"));
+}
