@@ -27,12 +27,22 @@ void accumulate(Graph& g, std::vector<NodeId>& slot, NodeId to, NodeId gi, NodeI
 
 }  // namespace
 
-std::vector<NodeId> grad(Graph& g, NodeId out, const std::vector<NodeId>& wrt, NodeId seed) {
+std::vector<NodeId> grad(Graph& g, NodeId out, const std::vector<NodeId>& wrt, NodeId seed, std::source_location loc) {
+  const std::string at = site_string(g.user_loc().value_or(loc));
+  auto fail = [&](const std::string& msg) { throw GraphError(fmt::format("grad at {}: {}", at, msg)); };
+  auto in_graph = [&](NodeId id, const char* role) {
+    if (id < 0 || id >= g.size()) fail(fmt::format("{} %{} is not a node of this graph (it has {} nodes)", role, id, g.size()));
+  };
+  in_graph(out, "output");
+  for (NodeId w : wrt) in_graph(w, "wrt");
+  if (seed >= 0) in_graph(seed, "seed");
   const Node& o = g.node(out);
+  const std::string who = o.name.empty() ? fmt::format("%{}", out) : fmt::format("'{}'", o.name);
   if (seed < 0 && !o.shape.empty())
-    g.fail(o, fmt::format("grad() needs a scalar output or a seed; this one is {}", to_string(o.shape)));
+    fail(fmt::format("needs a scalar output or a seed; {} ({} at {}) is {}", who, op_name(o.op), site_string(o.loc),
+                     to_string(o.shape)));
   if (seed >= 0 && g.node(seed).shape != o.shape)
-    g.fail(o, fmt::format("seed {} does not match the output {}", to_string(g.node(seed).shape), to_string(o.shape)));
+    fail(fmt::format("seed {} does not match the output {} {}", to_string(g.node(seed).shape), who, to_string(o.shape)));
 
   const std::size_t n0 = std::size_t(out) + 1;  // nodes at or before `out`
   // depends[i]: node i is a differentiable function of some wrt.

@@ -26,12 +26,12 @@ GradcheckResult gradcheck(Graph& g, NodeId out, const std::vector<NodeId>& wrt, 
   GradcheckResult res;
   for (std::size_t w = 0; w < wrt.size(); ++w) {
     const Node& n = g.node(wrt[w]);
-    if (n.op != OpKind::param && n.op != OpKind::input)
-      g.fail(n, "gradcheck perturbs params and inputs only");
+    if ((!n.is_param() && !n.is_input()) || n.dtype != DType::f32)
+      g.fail(n, "gradcheck perturbs f32 params and inputs only");
     Tensor ga = analytic.get(grads[w]);
-    Tensor x = n.op == OpKind::param ? params.at(n.name) : inputs.at(n.name);
+    Tensor x = n.is_param() ? params.at(n.name) : inputs.at(n.name);
     auto eval = [&](const Tensor& xv) {
-      if (n.op == OpKind::param) params.at(n.name) = xv;
+      if (n.is_param()) params.at(n.name) = xv;
       else forward.set_input(n.name, xv);
       forward.run();
       return double(forward.scalar(out));

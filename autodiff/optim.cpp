@@ -2,6 +2,9 @@
 // element by element, in the order PyTorch evaluates them (so results match to rounding).
 #include "autodiff/optim.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -9,7 +12,83 @@
 
 namespace gg {
 
+namespace {
+// Every gradient has its parameter's number of elements.
+void check_grad_sizes(const char* who, std::span<const ParamGrad> pg) {
+  for (const ParamGrad& p : pg) {
+    if (!p.param) throw GraphError(fmt::format("{}: parameter '{}' has no tensor", who, p.name));
+    if (std::int64_t(p.grad.size()) != p.param->numel())
+      throw GraphError(fmt::format("{}: the gradient of parameter '{}' has {} values, the parameter {} has {}", who,
+                                   p.name, p.grad.size(), to_string(p.param->shape()), p.param->numel()));
+  }
+}
+// The optimizer kind whose state keys start with `prefix`.
+const char* kind_of_prefix(const std::string& prefix) {
+  if (prefix == "adam_m" || prefix == "adam_v") return "adamw";
+  if (prefix == "momentum") return "sgd";
+  return nullptr;
+}
+}  // namespace
+
+ParamShapes param_shapes(const ParamStore& store) {
+  ParamShapes r;
+  for (auto& [name, t] : store.all()) r.emplace(name, t.shape());
+  return r;
+}
+ParamShapes param_shapes(std::span<const ParamGrad> pg) {
+  ParamShapes r;
+  for (const ParamGrad& p : pg) r.emplace(p.name, p.param->shape());
+  return r;
+}
+
+void Optimizer::check_sizes(std::span<const ParamGrad> pg,
+                            const std::vector<const std::map<std::string, Tensor>*>& bufs) const {
+  check_grad_sizes(kind(), pg);
+  const std::vector<std::string> prefixes = buffer_prefixes();
+  for (const ParamGrad& p : pg)
+    for (std::size_t b = 0; b < bufs.size(); ++b) {
+      auto it = bufs[b]->find(p.name);
+      if (it != bufs[b]->end() && it->second.shape() != p.param->shape())
+        throw GraphError(fmt::format("{}: state '{}.{}' is {} but parameter '{}' is {}", kind(), prefixes[b], p.name,
+                                     to_string(it->second.shape()), p.name, to_string(p.param->shape())));
+    }
+}
+
+void Optimizer::load_state(const std::map<std::string, Tensor>& s, std::int64_t steps, const ParamShapes& params) {
+  if (steps < 0) throw GraphError(fmt::format("{}: load_state with steps {} (must be >= 0)", kind(), steps));
+  const std::vector<std::string> prefixes = buffer_prefixes();
+  for (auto& [key, t] : s) {
+    const auto dot = key.find('.');
+    const std::string prefix = key.substr(0, dot), name = dot == std::string::npos ? "" : key.substr(dot + 1);
+    if (std::find(prefixes.begin(), prefixes.end(), prefix) == prefixes.end()) {
+      const char* other = kind_of_prefix(prefix);
+      if (other && std::string(other) != kind())
+        throw GraphError(fmt::format("{}: state key '{}' is {} optimizer state, not {}", kind(), key, other,
+                                     kind()));
+      throw GraphError(fmt::format("{}: unexpected state key '{}'{}", kind(), key,
+                                   prefixes.empty() ? " (this optimizer keeps no buffers)" : ""));
+    }
+    auto p = params.find(name);
+    if (p == params.end())
+      throw GraphError(fmt::format("{}: state key '{}' is for parameter '{}', which is not among the {} parameters",
+                                   kind(), key, name, params.size()));
+    if (t.shape() != p->second || t.dtype() != DType::f32)
+      throw GraphError(fmt::format("{}: state '{}' is {}{} but parameter '{}' is f32{}", kind(), key,
+                                   to_string(t.dtype()), to_string(t.shape()), name, to_string(p->second)));
+  }
+  // After a step every parameter has every buffer.
+  if (steps > 0)
+    for (auto& [name, shape] : params)
+      for (const std::string& prefix : prefixes)
+        if (!s.count(prefix + "." + name))
+          throw GraphError(fmt::format("{}: state at step {} is missing '{}.{}' for parameter '{}' {} (is it another "
+                                       "optimizer's state?)", kind(), steps, prefix, name, name, to_string(shape)));
+  set_buffers(s);
+  t_ = steps;
+}
+
 double clip_grad_norm(std::span<const ParamGrad> pg, double max_norm) {
+  check_grad_sizes("clip_grad_norm", pg);
   double ss = 0;
   for (const ParamGrad& p : pg) {
     const std::int64_t n = p.param->numel();
@@ -26,6 +105,7 @@ double clip_grad_norm(std::span<const ParamGrad> pg, double max_norm) {
 }
 
 void Sgd::step(std::span<const ParamGrad> pg, double lr) {
+  check_sizes(pg, {&buf_});
   ++t_;
   const float lrf = float(lr), m = float(momentum_);
   for (const ParamGrad& p : pg) {
@@ -50,14 +130,18 @@ std::map<std::string, Tensor> Sgd::state() const {
   return s;
 }
 
-void Sgd::load_state(const std::map<std::string, Tensor>& s, std::int64_t steps) {
+std::vector<std::string> Sgd::buffer_prefixes() const {
+  if (momentum_ > 0) return {"momentum"};
+  return {};
+}
+
+void Sgd::set_buffers(const std::map<std::string, Tensor>& s) {
   buf_.clear();
-  for (auto& [k, t] : s)
-    if (k.rfind("momentum.", 0) == 0) buf_.emplace(k.substr(9), t);
-  t_ = steps;
+  for (auto& [k, t] : s) buf_.emplace(k.substr(9), t);  // "momentum.<name>"
 }
 
 void AdamW::step(std::span<const ParamGrad> pg, double lr) {
+  check_sizes(pg, {&m_, &v_});
   ++t_;
   const float b1 = float(o_.beta1), b2 = float(o_.beta2);
   const float bc1 = float(1.0 - std::pow(o_.beta1, double(t_)));
@@ -71,7 +155,7 @@ void AdamW::step(std::span<const ParamGrad> pg, double lr) {
     float* m = m_.try_emplace(p.name, p.param->shape()).first->second.f();
     float* v = v_.try_emplace(p.name, p.param->shape()).first->second.f();
     const bool decays = p.param->shape().size() >= 2;
-    const float* g = p.grad;
+    const float* g = p.grad.data();
     parallel_for(n, 4096, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {
         if (decays) w[i] *= decay;
@@ -91,14 +175,13 @@ std::map<std::string, Tensor> AdamW::state() const {
   return s;
 }
 
-void AdamW::load_state(const std::map<std::string, Tensor>& s, std::int64_t steps) {
+void AdamW::set_buffers(const std::map<std::string, Tensor>& s) {
   m_.clear();
   v_.clear();
   for (auto& [k, t] : s) {
     if (k.rfind("adam_m.", 0) == 0) m_.emplace(k.substr(7), t);
     if (k.rfind("adam_v.", 0) == 0) v_.emplace(k.substr(7), t);
   }
-  t_ = steps;
 }
 
 double cosine_lr(std::int64_t step, std::int64_t warmup, std::int64_t total, double lr_max, double lr_min) {

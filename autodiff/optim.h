@@ -13,12 +13,19 @@
 
 namespace gg {
 
-// One parameter and its gradient (same number of elements).
+// One parameter and its gradient, which must have the parameter's number of elements
+// (step() and clip_grad_norm throw GraphError naming the parameter and both sizes).
 struct ParamGrad {
   std::string name;
   Tensor* param;
-  float* grad;
+  std::span<float> grad;
 };
+
+// The parameters an optimizer steps, by name, with their shapes: what load_state checks
+// a saved state against.
+using ParamShapes = std::map<std::string, Shape>;
+ParamShapes param_shapes(const ParamStore& store);
+ParamShapes param_shapes(std::span<const ParamGrad> pg);
 
 // L2 norm over all gradients together (accumulated in double); if max_norm > 0, scales
 // every gradient by min(1, max_norm / (norm + 1e-6)). Returns the norm before clipping.
@@ -30,11 +37,23 @@ class Optimizer {
   // One update with learning rate lr; increments step().
   virtual void step(std::span<const ParamGrad> pg, double lr) = 0;
   std::int64_t steps() const { return t_; }
-  // Everything needed to resume bit-exactly: buffers by "<kind>.<param name>", and the step.
+  // Everything needed to resume bit-exactly: buffers by "<prefix>.<param name>", and the step.
   virtual std::map<std::string, Tensor> state() const = 0;
-  virtual void load_state(const std::map<std::string, Tensor>& s, std::int64_t steps) = 0;
+  // Restores state() taken after `steps` steps, checked against the parameters it will
+  // step: once any step was taken, every buffer of every parameter must be there with the
+  // parameter's shape, and nothing else; steps >= 0; a state of another optimizer kind is
+  // refused naming both. Throws GraphError (naming the parameter, the key and the shapes)
+  // and leaves the optimizer unchanged on a mismatch.
+  void load_state(const std::map<std::string, Tensor>& s, std::int64_t steps, const ParamShapes& params);
+  virtual const char* kind() const = 0;  // "sgd", "adamw"
 
  protected:
+  // The key prefixes of this optimizer's buffers ("adam_m", "adam_v"); none: no state.
+  virtual std::vector<std::string> buffer_prefixes() const = 0;
+  virtual void set_buffers(const std::map<std::string, Tensor>& s) = 0;
+  // Throws GraphError unless every gradient has its parameter's size and every buffer of
+  // it (if any) its parameter's shape.
+  void check_sizes(std::span<const ParamGrad> pg, const std::vector<const std::map<std::string, Tensor>*>& bufs) const;
   std::int64_t t_ = 0;
 };
 
@@ -44,9 +63,11 @@ class Sgd : public Optimizer {
   explicit Sgd(double momentum = 0) : momentum_(momentum) {}
   void step(std::span<const ParamGrad> pg, double lr) override;
   std::map<std::string, Tensor> state() const override;
-  void load_state(const std::map<std::string, Tensor>& s, std::int64_t steps) override;
+  const char* kind() const override { return "sgd"; }
 
  private:
+  std::vector<std::string> buffer_prefixes() const override;
+  void set_buffers(const std::map<std::string, Tensor>& s) override;
   double momentum_;
   std::map<std::string, Tensor> buf_;
 };
@@ -61,9 +82,11 @@ class AdamW : public Optimizer {
   explicit AdamW(AdamWOptions o = {}) : o_(o) {}
   void step(std::span<const ParamGrad> pg, double lr) override;
   std::map<std::string, Tensor> state() const override;
-  void load_state(const std::map<std::string, Tensor>& s, std::int64_t steps) override;
+  const char* kind() const override { return "adamw"; }
 
  private:
+  std::vector<std::string> buffer_prefixes() const override { return {"adam_m", "adam_v"}; }
+  void set_buffers(const std::map<std::string, Tensor>& s) override;
   AdamWOptions o_;
   std::map<std::string, Tensor> m_, v_;
 };

@@ -81,7 +81,7 @@ int run_grad(const GradCmd& a) {
   out.add_f32("logits", *lg.shape, std::vector<float>(lg.f(), lg.f() + lg.numel()));
   std::vector<ParamGrad> grads = m.grads();
   for (const ParamGrad& pg : grads)
-    out.add_f32("grad." + pg.name, pg.param->shape(), std::vector<float>(pg.grad, pg.grad + pg.param->numel()));
+    out.add_f32("grad." + pg.name, pg.param->shape(), std::vector<float>(pg.grad.begin(), pg.grad.end()));
   io::write_safetensors(a.out, out);
   fmt::print("loss {:.6f}; wrote {} ({} gradients)\n", loss, a.out, grads.size());
   return 0;

@@ -4,6 +4,7 @@
 // Composite layers (linear, softmax, attention, ...) are in dsl/nn.h.
 #pragma once
 
+#include <initializer_list>
 #include <source_location>
 #include <string>
 #include <vector>
@@ -16,12 +17,15 @@ namespace gg::dsl {
 
 using Loc = std::source_location;
 
-// A handle to one node of a graph. Cheap to copy; the graph must outlive it.
+// A handle to one node of a graph. Cheap to copy; the graph must outlive it. A default-
+// constructed Expr is empty: using it throws GraphError, and so does combining handles of
+// two different graphs.
 struct Expr {
   Graph* g = nullptr;
   NodeId id = -1;
 
-  const Node& node() const { return g->node(id); }
+  bool empty() const { return g == nullptr; }
+  const Node& node() const;  // throws GraphError if empty
   const Shape& shape() const { return node().shape; }
   std::int64_t dim(int axis) const;  // negative counts from the end
   int rank() const { return int(shape().size()); }
@@ -99,6 +103,15 @@ Expr gather(Expr x, Expr index, std::int64_t axis = 0, Loc loc = Loc::current())
 std::vector<Expr> params(Graph& g);
 
 // Gradients of a scalar with respect to each of wrt, as graph nodes (see autodiff/grad.h).
-std::vector<Expr> grad(Expr out, const std::vector<Expr>& wrt);
+// A non-scalar `out` or a wrt of another graph is reported at the caller's line.
+std::vector<Expr> grad(Expr out, const std::vector<Expr>& wrt, Loc loc = Loc::current());
+
+// The node ids of `xs` for an Executor of `g` (Executor(g, node_ids(g, {loss, pred}), store));
+// throws GraphError if one is empty or belongs to another graph (an id alone cannot tell).
+std::vector<NodeId> node_ids(const Graph& g, const std::vector<Expr>& xs, Loc loc = Loc::current());
+
+// The graph all of `xs` belong to; throws GraphError "<what> at <file>:<line>: ..." when
+// one is empty or two belong to different graphs (naming both nodes).
+Graph& graph_of(const char* what, Loc loc, std::initializer_list<Expr> xs);
 
 }  // namespace gg::dsl

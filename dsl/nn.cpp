@@ -7,11 +7,13 @@
 #include <limits>
 #include <numbers>
 
+#include "ops/op_rule.h"
+
 namespace gg::dsl {
 
 Expr linear(Expr x, std::int64_t out_features, const std::string& name, bool bias, std::optional<Init> w_init,
             Loc loc) {
-  Graph& g = *x.g;
+  Graph& g = graph_of("linear", loc, {x});
   UserSite site(g, loc);
   Scope scope(g, name);
   const std::int64_t in = x.dim(-1);
@@ -22,19 +24,19 @@ Expr linear(Expr x, std::int64_t out_features, const std::string& name, bool bia
 }
 
 Expr softmax(Expr x, std::int64_t axis, Loc loc) {
-  UserSite site(*x.g, loc);
+  UserSite site(graph_of("softmax", loc, {x}), loc);
   Expr e = exp(x - max(x, axis, true));  // e: like x, largest entry of each row is 1
   return e / sum(e, axis, true);
 }
 
 Expr log_softmax(Expr x, std::int64_t axis, Loc loc) {
-  UserSite site(*x.g, loc);
+  UserSite site(graph_of("log_softmax", loc, {x}), loc);
   Expr shifted = x - max(x, axis, true);
   return shifted - log(sum(exp(shifted), axis, true));
 }
 
 Expr layer_norm(Expr x, const std::string& name, float eps, bool bias, Loc loc) {
-  Graph& g = *x.g;
+  Graph& g = graph_of("layer_norm", loc, {x});
   UserSite site(g, loc);
   Scope scope(g, name);
   const std::int64_t D = x.dim(-1);
@@ -47,7 +49,7 @@ Expr layer_norm(Expr x, const std::string& name, float eps, bool bias, Loc loc) 
 }
 
 Expr gelu(Expr x, GeluKind kind, Loc loc) {
-  UserSite site(*x.g, loc);
+  UserSite site(graph_of("gelu", loc, {x}), loc);
   if (kind == GeluKind::erf) return 0.5f * (x * (1.f + erf(x * float(1.0 / std::numbers::sqrt2))));
   const float c = float(std::sqrt(2.0 / std::numbers::pi));
   Expr inner = c * (x + 0.044715f * (x * x * x));
@@ -55,7 +57,7 @@ Expr gelu(Expr x, GeluKind kind, Loc loc) {
 }
 
 Expr cross_entropy(Expr logits, Expr targets, int ignore_index, Loc loc) {
-  Graph& g = *logits.g;
+  Graph& g = graph_of("cross_entropy", loc, {logits, targets});
   UserSite site(g, loc);
   NameScope scope(g, "cross_entropy");
   const std::int64_t V = logits.dim(-1);
@@ -69,14 +71,30 @@ Expr cross_entropy(Expr logits, Expr targets, int ignore_index, Loc loc) {
   Expr classes = constant(g, iota, {V}, DType::i32, loc);                   // classes: (V)
   Shape tshape = lead;
   tshape.push_back(1);
-  Expr onehot = compare(reshape(targets, tshape), classes, Cmp::eq, loc);  // onehot: (..., V), 0 rows when ignored
+  Expr column = reshape(targets, tshape, loc);                               // column: (..., 1) i32
+  Expr onehot = compare(column, classes, Cmp::eq, loc);                     // onehot: (..., V), 0 rows when ignored
   Expr picked = sum(onehot * log_softmax(logits), -1);                      // picked: (...)
-  Expr valid = compare(targets, constant(g, {float(ignore_index)}, {}, DType::i32, loc), Cmp::ne, loc);
+  Expr valid = compare(targets, constant(g, {float(ignore_index)}, {}, DType::i32, loc), Cmp::ne, loc);  // valid: (...)
+  // At run time, a batch without a single counted position would give 0 / 0 = NaN.
+  const std::string context = fmt::format("cross_entropy at {} (targets '{}')", site_string(g.user_loc().value_or(loc)),
+                                          targets.name());
+  g.add_check(column.id, context, [ignore_index, V](const View& v) -> std::string {
+    for (std::int64_t i = 0, n = v.numel(); i < n; ++i)
+      if (const std::int32_t t = v.i()[i]; t != ignore_index && (t < 0 || t >= V))
+        return fmt::format("target {} at position {} is outside [0, {}) and not the ignore index {}", t, i, V,
+                           ignore_index);
+    return {};
+  });
+  g.add_check(valid.id, context, [ignore_index](const View& v) -> std::string {
+    for (std::int64_t i = 0, n = v.numel(); i < n; ++i)
+      if (v.f()[i] != 0.f) return {};
+    return fmt::format("every value is the ignore index {}: no position to average the loss over", ignore_index);
+  });
   return -(sum_all(picked) / sum_all(valid));
 }
 
 Expr embedding(Expr index, std::int64_t num, std::int64_t dim, const std::string& name, Loc loc) {
-  Graph& g = *index.g;
+  Graph& g = graph_of("embedding", loc, {index});
   UserSite site(g, loc);
   Scope scope(g, name);
   Expr w = param(g, "weight", {num, dim}, normal_init(0.02f), loc);  // w: (num, dim)
@@ -85,6 +103,8 @@ Expr embedding(Expr index, std::int64_t num, std::int64_t dim, const std::string
 
 Expr positional_encoding(Graph& g, std::int64_t max_len, std::int64_t d_model, Loc loc) {
   UserSite site(g, loc);
+  if (max_len < 1 || d_model < 1)
+    fail_at_call(g, "positional_encoding", loc, fmt::format("max_len {} and d_model {} must be >= 1", max_len, d_model));
   std::vector<float> p(static_cast<std::size_t>(max_len * d_model));
   for (std::int64_t pos = 0; pos < max_len; ++pos)
     for (std::int64_t i = 0; i < d_model; ++i) {
@@ -97,7 +117,7 @@ Expr positional_encoding(Graph& g, std::int64_t max_len, std::int64_t d_model, L
 }
 
 Expr patches(Expr images, std::int64_t p, Loc loc) {
-  Graph& g = *images.g;
+  Graph& g = graph_of("patches", loc, {images});
   UserSite site(g, loc);
   if (images.rank() == 3) images = reshape(images, {images.dim(0), 1, images.dim(1), images.dim(2)}, loc);
   if (images.rank() != 4)
@@ -113,12 +133,13 @@ Expr patches(Expr images, std::int64_t p, Loc loc) {
 
 Expr patch_embedding(Expr images, std::int64_t p, std::int64_t d_model, const std::string& name, bool bias,
                      std::optional<Init> w_init, Loc loc) {
-  UserSite site(*images.g, loc);
+  UserSite site(graph_of("patch_embedding", loc, {images}), loc);
   return linear(patches(images, p, loc), d_model, name, bias, w_init, loc);
 }
 
 Expr causal_mask(Graph& g, std::int64_t T, Loc loc) {
   UserSite site(g, loc);
+  if (T < 1) fail_at_call(g, "causal_mask", loc, fmt::format("length T = {} must be >= 1", T));
   std::vector<float> m(static_cast<std::size_t>(T * T));
   for (std::int64_t q = 0; q < T; ++q)
     for (std::int64_t k = 0; k < T; ++k) m[std::size_t(q * T + k)] = k <= q ? 1.f : 0.f;
@@ -127,28 +148,70 @@ Expr causal_mask(Graph& g, std::int64_t T, Loc loc) {
 }
 
 Expr padding_mask(Expr keep, Loc loc) {
-  UserSite site(*keep.g, loc);
-  if (keep.rank() != 2) fail_at_call(*keep.g, "padding_mask", loc, fmt::format("wants keep (B, T), got {}", to_string(keep.shape())));
-  return reshape(keep, {keep.dim(0), 1, keep.dim(1)}, loc);
+  Graph& g = graph_of("padding_mask", loc, {keep});
+  UserSite site(g, loc);
+  if (keep.rank() != 2)
+    fail_at_call(g, "padding_mask", loc, fmt::format("wants keep (B, Tk), got {}", to_string(keep.shape())));
+  if (keep.dtype() == DType::i32)  // token validity 0/1 -> f32
+    keep = compare(keep, constant(g, {0.f}, {}, DType::i32, loc), Cmp::ne, loc);  // keep: (B, Tk) f32
+  return reshape(keep, {keep.dim(0), 1, keep.dim(1)}, loc);                       // (B, 1, Tk)
+}
+
+Expr padding_mask_from_ids(Expr ids, std::int64_t pad_id, Loc loc) {
+  Graph& g = graph_of("padding_mask_from_ids", loc, {ids});
+  UserSite site(g, loc);
+  if (ids.rank() != 2 || ids.dtype() != DType::i32)
+    fail_at_call(g, "padding_mask_from_ids", loc,
+                 fmt::format("wants i32 token ids (B, Tk), got {} {} ('{}')", to_string(ids.dtype()),
+                             to_string(ids.shape()), ids.name()));
+  Expr keep = compare(ids, constant(g, {float(pad_id)}, {}, DType::i32, loc), Cmp::ne, loc);  // keep: (B, Tk) f32
+  return reshape(keep, {ids.dim(0), 1, ids.dim(1)}, loc);                                     // (B, 1, Tk)
 }
 
 Expr masked_fill(Expr scores, Expr mask, Loc loc) {
-  Graph& g = *scores.g;
+  Graph& g = graph_of("masked_fill", loc, {scores, mask});
   UserSite site(g, loc);
-  // A (B, 1, T) padding mask meets (B, H, T, T) scores: give it a head axis.
-  if (mask.rank() == 3 && scores.rank() == 4 && mask.dim(1) == 1)
-    mask = reshape(mask, {mask.dim(0), 1, 1, mask.dim(2)}, loc);
-  if (!op::broadcast_shapes(mask.shape(), scores.shape()) || mask.rank() > scores.rank())
-    fail_at_call(g, "masked_fill", loc, fmt::format("mask {} ('{}') cannot broadcast onto scores {} ('{}')",
-                                                    to_string(mask.shape()), mask.name(), to_string(scores.shape()),
-                                                    scores.name()));
+  const Shape& ss = scores.shape();
+  const Shape& ms = mask.shape();
+  const int sr = int(ss.size()), mr = int(ms.size());
+  auto fail = [&](const std::string& why) {
+    fail_at_call(g, "masked_fill", loc, fmt::format("mask {} ('{}') does not fit scores {} ('{}'): {}", to_string(ms),
+                                                    mask.name(), to_string(ss), scores.name(), why));
+  };
+  if (sr < 2 || sr > 4) fail("scores must be (Tq, Tk), (B, Tq, Tk) or (B, H, Tq, Tk)");
+  if (mr < 2 || mr > sr)
+    fail(fmt::format("a mask is (Tq, Tk), (B, 1, Tk), (B, Tq, Tk){}", sr == 4 ? " or (B, 1|H, Tq, Tk)" : ""));
+  // The mask's dims as they line up with the scores': (Tq, Tk) -> every batch (and head);
+  // (B, Tq, Tk) -> per batch, a head axis inserted for 4-D scores; 4-D -> as is.
+  Shape aligned(std::size_t(sr), 1);
+  for (int d = 0; d < 2; ++d) aligned[std::size_t(sr - 2 + d)] = ms[std::size_t(mr - 2 + d)];
+  if (mr >= 3) aligned[0] = ms[0];
+  if (mr == 4) aligned[1] = ms[1];
+  const char* names4[] = {"B", "H", "Tq", "Tk"};
+  const char* names3[] = {"B", "Tq", "Tk"};
+  const char* names2[] = {"Tq", "Tk"};
+  const char** names = sr == 4 ? names4 : sr == 3 ? names3 : names2;
+  for (int d = 0; d < sr; ++d) {
+    const std::int64_t m = aligned[std::size_t(d)], s = ss[std::size_t(d)];
+    if (m == 1 || m == s) continue;
+    // A 3-D mask whose first dim is the number of heads lines up under plain broadcasting
+    // as (H, Tq, Tk), but a 3-D mask is per batch: refuse it rather than guess.
+    if (mr == 3 && sr == 4 && d == 0 && ms[0] == ss[1])
+      fail(fmt::format("a 3-D mask is read per batch as (B, Tq, Tk) with B = {}, but its first dim {} is the number of "
+                       "heads; for a per-head mask pass (1, H, Tq, Tk), for a per-batch one (B, Tq, Tk)",
+                       ss[0], ms[0]));
+    fail(fmt::format("{} is {} in the mask but {} in the scores (masks are (Tq, Tk), (B, 1, Tk), (B, Tq, Tk) or "
+                     "(B, 1|H, Tq, Tk), applied per batch)", names[d], m, s));
+  }
+  if (aligned != ms) mask = reshape(mask, aligned, loc);  // mask: (B|1, 1, Tq|1, Tk|1) for 4-D scores
+  if (mask.dtype() == DType::i32) mask = compare(mask, constant(g, {0.f}, {}, DType::i32, loc), Cmp::ne, loc);
   Expr ninf = scalar(g, -std::numeric_limits<float>::infinity(), loc);
   return where(mask, scores, ninf, loc);
 }
 
 Expr dropout(Expr x, float p, bool training, Loc loc) {
   if (!training || p <= 0.f) return x;
-  Graph& g = *x.g;
+  Graph& g = graph_of("dropout", loc, {x});
   UserSite site(g, loc);
   NameScope scope(g, "dropout");
   if (p >= 1.f) fail_at_call(g, "dropout", loc, fmt::format("probability {} must be < 1", p));
@@ -157,7 +220,8 @@ Expr dropout(Expr x, float p, bool training, Loc loc) {
 }
 
 AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt, Loc loc) {
-  Graph& g = *q.g;
+  Graph& g = graph_of("attention", loc, {q, k, v});
+  if (opt.mask) graph_of("attention", loc, {q, *opt.mask});
   UserSite site(g, loc);
   const std::int64_t hs = q.dim(-1);
   Expr scores = matmul(q, k, false, true, loc);                          // scores: (..., Tq, Tk)
@@ -170,7 +234,7 @@ AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt, L
 
 AttentionResult single_head_attention(Expr x, std::int64_t d_k, const std::string& name, const AttentionOptions& opt,
                                       bool out_proj, Loc loc) {
-  Graph& g = *x.g;
+  Graph& g = graph_of("single_head_attention", loc, {x});
   UserSite site(g, loc);
   Scope scope(g, name);
   const std::int64_t D = x.dim(-1);
@@ -201,9 +265,11 @@ Expr merge_heads(Expr x, Loc loc) {
 
 AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::string& name, bool bias,
                                      const AttentionOptions& opt, std::optional<Init> proj_init, Loc loc) {
-  Graph& g = *x.g;
+  Graph& g = graph_of("multi_head_attention", loc, {x});
   UserSite site(g, loc);
   Scope scope(g, name);
+  if (x.rank() != 3)
+    fail_at_call(g, "multi_head_attention", loc, fmt::format("wants x (B, T, D), got {} ('{}')", to_string(x.shape()), x.name()));
   const std::int64_t D = x.dim(-1);
   if (n_head <= 0 || D % n_head != 0)
     fail_at_call(g, "multi_head_attention", loc, fmt::format("n_embd {} is not divisible by n_head {}", D, n_head));
@@ -216,7 +282,7 @@ AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::str
 }
 
 Expr transformer_block(Expr x, const std::string& name, const BlockOptions& opt, Loc loc) {
-  Graph& g = *x.g;
+  Graph& g = graph_of("transformer_block", loc, {x});
   UserSite site(g, loc);
   Scope scope(g, name);
   const std::int64_t D = x.dim(-1);

@@ -28,6 +28,9 @@ Expr gelu(Expr x, GeluKind kind = GeluKind::erf, Loc loc = Loc::current());
 
 // Mean over non-ignored positions of -log_softmax(logits)[target].
 // logits: (..., V) f32, targets: (...) i32; targets equal to ignore_index do not count.
+// At run time a batch whose targets are all ignore_index throws GraphError (instead of a
+// NaN loss; a value check, see Graph::add_check), and so does a target outside [0, V)
+// that is not ignore_index.
 Expr cross_entropy(Expr logits, Expr targets, int ignore_index = -1, Loc loc = Loc::current());
 
 // weight: (num, dim) ~ N(0, 0.02) named "<name>.weight"; index (...) i32 -> (..., dim).
@@ -46,13 +49,28 @@ Expr patches(Expr images, std::int64_t p, Loc loc = Loc::current());
 Expr patch_embedding(Expr images, std::int64_t p, std::int64_t d_model, const std::string& name, bool bias = true,
                      std::optional<Init> w_init = {}, Loc loc = Loc::current());
 
-// Masks hold 1 where attention is allowed and 0 where it is not.
+// Masks hold 1 where attention is allowed and 0 where it is not (f32; masked_fill also
+// takes i32). The one rule, for every rank: scores are (Tq, Tk), (B, Tq, Tk) or
+// (B, H, Tq, Tk) (queries and keys may differ in length, as in cross-attention), and a
+// mask is
+//   (Tq, Tk)             the same for every batch (and head), e.g. causal_mask;
+//   (B, 1, Tk)           per batch, the same for every query, e.g. padding_mask;
+//   (B, Tq, Tk)          per batch, e.g. causal_mask(g, T) * padding_mask(keep);
+//   (B, 1|H, Tq, Tk)     4-D scores only: per batch and (with H) per head, as is.
+// Any dim may be 1 (broadcast). A 3-D mask always applies per batch: against 4-D scores
+// it gets a head axis (B, 1, Tq, Tk), never numpy's trailing alignment, which would line
+// B up with the heads. A mask that does not follow the rule is a GraphError naming both
+// shapes; in particular a 3-D mask whose first dim is the number of heads (H, Tq, Tk),
+// which broadcasting would accept as per-head, is refused instead of guessed (write
+// (1, H, Tq, Tk)). Ranks 1 and above the scores' are refused.
 // causal_mask: (T, T), 1 where key <= query.
 Expr causal_mask(Graph& g, std::int64_t T, Loc loc = Loc::current());
-// From keep (B, T) (1 = real token, 0 = padding) to (B, 1, T), for scores (B, T, T).
+// From keep (B, Tk) -- f32, or i32 token validity (1 = real token, 0 = padding) -- to
+// an f32 (B, 1, Tk) mask.
 Expr padding_mask(Expr keep, Loc loc = Loc::current());
-// scores where mask is 1, -inf where it is 0. mask (T, T) or (B, 1, T) broadcasts onto
-// scores (B, T, T) or (B, H, T, T) (a (B, 1, T) mask gets a head axis for 4-D scores).
+// From i32 token ids (B, Tk): 1 where ids != pad_id, as an f32 (B, 1, Tk) mask.
+Expr padding_mask_from_ids(Expr ids, std::int64_t pad_id, Loc loc = Loc::current());
+// scores where mask is nonzero, -inf where it is 0, the mask applied by the rule above.
 Expr masked_fill(Expr scores, Expr mask, Loc loc = Loc::current());
 
 // Inverted dropout: zeroes each element with probability p and scales the rest by
@@ -72,7 +90,8 @@ struct AttentionResult {
 };
 
 // softmax(q k^T * hs^-0.5 [masked]) [dropout] @ v.  q: (..., Tq, hs), k and v: (..., Tk, hs)
-// (Tq == Tk for self-attention) -> out (..., Tq, hs), weights (..., Tq, Tk).
+// (Tq == Tk for self-attention) -> out (..., Tq, hs), weights (..., Tq, Tk); the mask
+// follows the rule above (a row with every key masked gives NaN weights).
 AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt = {}, Loc loc = Loc::current());
 
 // Single-head self-attention: q = x W_Q, k = x W_K, v = x W_V (no bias), W_*: (d_model, d_k)

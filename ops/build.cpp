@@ -2,6 +2,8 @@
 // rule. Every node gets the graph's current scope as its name (leaves: scope + name).
 #include "ops/build.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace gg::op {
@@ -163,8 +165,14 @@ NodeId scatter_add(Graph& g, NodeId src, NodeId index, std::int64_t axis, std::i
 }
 
 NodeId sum_to(Graph& g, NodeId x, const Shape& shape, Loc loc) {
+  if (x < 0 || x >= g.size())
+    throw GraphError(fmt::format("sum_to at {}: %{} is not a node of this graph", site_string(g.user_loc().value_or(loc)), x));
   Shape xs = g.node(x).shape;
   if (xs == shape) return x;
+  if (auto b = broadcast_shapes(shape, xs); !b || *b != xs)
+    throw GraphError(fmt::format("sum_to at {}: {} does not broadcast to {} ('{}'), so it cannot be summed down to it",
+                                 site_string(g.user_loc().value_or(loc)), to_string(shape), to_string(xs),
+                                 g.node(x).name));
   // Leading axes that `shape` lacks: sum them away.
   while (xs.size() > shape.size()) {
     x = sum(g, x, 0, false, loc);

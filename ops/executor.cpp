@@ -19,11 +19,42 @@ std::size_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : SIZE_MAX;
 }
 bool bound_leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k == OpKind::constant; }
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// "; did you mean 'tokens'?" with the closest names (at most a third of the name apart), or "".
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& names) {
+  const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
+  std::size_t best = SIZE_MAX;
+  std::vector<std::string> close;
+  for (const std::string& n : names) {
+    const std::size_t d = edit_distance(name, n);
+    if (d > limit || d > best) continue;
+    if (d < best) close.clear();
+    best = d;
+    if (std::find(close.begin(), close.end(), n) == close.end()) close.push_back(n);
+  }
+  if (close.empty()) return "";
+  return fmt::format("; did you mean '{}'?", fmt::join(close, "' or '"));
+}
 }  // namespace
 
 Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed)
     : g_(g), params_(params), outputs_(std::move(outputs)), rng_(seed) {
-  for (NodeId o : outputs_) GG_CHECK(o >= 0 && o < g.size());
+  for (NodeId o : outputs_)
+    if (o < 0 || o >= g.size())
+      throw GraphError(fmt::format("Executor: output %{} is not a node of this graph (it has {} nodes); was it built "
+                                   "in another graph?", o, g.size()));
   order_ = ancestors(g, outputs_);
   const std::size_t N = std::size_t(g.size());
   views_.assign(N, View{});
@@ -117,10 +148,31 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   for (NodeId id : order_) {
     const Node& n = g.node(id);
     if (bound_leaf(n.op)) continue;
-    Step st{id, op_rule(n.op).kernel, {}, views_[std::size_t(id)]};
+    Step st{id, op_rule(n.op).kernel, {}, views_[std::size_t(id)], {}};
     GG_CHECK(st.kernel != nullptr);
     steps_.push_back(std::move(st));
   }
+  plan_checks(step_of);
+}
+
+// Each value check of a planned node runs after the step that computes it (leaves: first).
+void Executor::plan_checks(const std::vector<int>& step_of) {
+  std::vector<int> step_index(std::size_t(g_.size()), -1);
+  for (std::size_t s = 0; s < steps_.size(); ++s) step_index[std::size_t(steps_[s].id)] = int(s);
+  const auto& checks = g_.checks();
+  for (std::size_t c = 0; c < checks.size(); ++c) {
+    const std::size_t id = std::size_t(checks[c].node);
+    if (step_of[id] < 0) continue;  // not in this plan
+    if (step_index[id] >= 0) steps_[std::size_t(step_index[id])].checks.push_back(c);
+    else leaf_checks_.push_back(c);
+  }
+}
+
+void Executor::run_check(std::size_t c) const {
+  const Graph::Check& ck = g_.checks()[c];
+  View v = views_[std::size_t(ck.node)];
+  std::string problem = ck.check(v);
+  if (!problem.empty()) throw GraphError(fmt::format("{}: {}", ck.context, problem));
 }
 
 bool Executor::has_input(const std::string& name) const {
@@ -142,7 +194,15 @@ void Executor::feed(const std::string& name, const void* data, std::int64_t coun
     input_fed_[std::size_t(id)] = 1;
     return;
   }
-  throw GraphError(fmt::format("no input named '{}' in this plan", name));
+  std::vector<std::string> declared;
+  for (const Node& n : g_.nodes()) {
+    if (n.op != OpKind::input) continue;
+    if (n.name == name)
+      throw GraphError(fmt::format("input '{}' declared at {} is not used by the requested outputs of this plan; "
+                                   "feed only the inputs it needs (has_input() tells)", name, site_string(n.loc)));
+    declared.push_back(n.name);
+  }
+  throw GraphError(fmt::format("no input '{}' in this graph{}", name, did_you_mean(name, declared)));
 }
 
 void Executor::set_input(const std::string& name, const Tensor& t) {
@@ -170,18 +230,21 @@ void Executor::run() {
                                    to_string(t.shape()), to_string(n.shape)));
     views_[std::size_t(id)].data = t.data();
   }
+  for (std::size_t c : leaf_checks_) run_check(c);
   for (Step& st : steps_) {
     const Node& n = g_.node(st.id);
     st.in.clear();
     for (NodeId in : n.inputs) st.in.push_back(views_[std::size_t(in)]);
     if (!profile_) {
       st.kernel(KernelArgs{n, st.in, st.out, &rng_});
+      for (std::size_t c : st.checks) run_check(c);
       continue;
     }
     auto t0 = std::chrono::steady_clock::now();
     st.kernel(KernelArgs{n, st.in, st.out, &rng_});
     op_seconds_[std::size_t(n.op)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++op_calls_[std::size_t(n.op)];
+    for (std::size_t c : st.checks) run_check(c);
   }
 }
 

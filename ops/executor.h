@@ -19,6 +19,7 @@ class Executor {
  public:
   // Plans the nodes that `outputs` depend on. Outputs stay readable after run().
   // Requires: params outlives the executor; every param of the plan is in it at run().
+  // Throws GraphError for an output id that is not a node of `g`.
   Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed = 0);
 
   // Bytes of the arena holding every intermediate value (known before the first run).
@@ -28,13 +29,17 @@ class Executor {
   // Node ids in execution order.
   const std::vector<NodeId>& order() const { return order_; }
 
-  // Feeds the input node named `name`; throws GraphError on unknown name, shape or dtype.
+  // Feeds the input node named `name`; throws GraphError on a wrong shape or dtype, on an
+  // input declared in the graph but not needed by the requested outputs, and on an unknown
+  // name (suggesting the closest declared names).
   void set_input(const std::string& name, const Tensor& t);
   void set_input(const std::string& name, std::span<const float> values);
   void set_input(const std::string& name, std::span<const std::int32_t> values);
   bool has_input(const std::string& name) const;
 
-  // Runs the plan; throws GraphError if an input was never fed or a parameter is missing.
+  // Runs the plan; throws GraphError if an input was never fed, a parameter is missing, a
+  // kernel refuses its data (an index out of range) or a value check of a planned node
+  // fails (Graph::add_check: the check runs right after its node is computed).
   void run();
 
   // The value of an output (or a leaf) of the last run; throws GraphError otherwise.
@@ -58,7 +63,10 @@ class Executor {
     void (*kernel)(const KernelArgs&);
     std::vector<View> in;
     View out;
+    std::vector<std::size_t> checks;  // indices into g_.checks() to run after this step
   };
+  void plan_checks(const std::vector<int>& step_of);
+  void run_check(std::size_t c) const;
   const Graph& g_;
   ParamStore& params_;
   std::vector<NodeId> outputs_, order_;
@@ -67,6 +75,7 @@ class Executor {
   std::vector<char> kept_;           // per node id: readable after run
   std::vector<Tensor> inputs_;       // storage for input nodes, by node id
   std::vector<char> input_fed_;
+  std::vector<std::size_t> leaf_checks_;  // value checks of leaves, run before the first step
   std::unique_ptr<void, void (*)(void*)> arena_{nullptr, aligned_free};
   std::size_t arena_bytes_ = 0, unshared_bytes_ = 0;
   std::mt19937_64 rng_;

@@ -82,6 +82,11 @@ NodeId Graph::add(OpKind op, std::vector<NodeId> inputs, Attrs attrs, std::strin
   return NodeId(nodes_.size() - 1);
 }
 
+void Graph::add_check(NodeId id, std::string context, ValueCheck check) {
+  if (id < 0 || id >= size()) throw GraphError(fmt::format("add_check: %{} is not a node of this graph", id));
+  checks_.push_back({id, std::move(context), std::move(check)});
+}
+
 NodeId Graph::find(const std::string& name, OpKind op) const {
   for (std::size_t i = 0; i < nodes_.size(); ++i)
     if (nodes_[i].op == op && nodes_[i].name == name) return NodeId(i);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <source_location>
@@ -65,6 +66,9 @@ struct Node {
   DType dtype = DType::f32;
   std::string name;          // scoped user name, e.g. "blocks.1.attn.query"
   std::source_location loc;  // where the user asked for it
+  // The leaves generic passes (gradcheck, optimizers) may ask about without naming ops.
+  bool is_param() const { return op == OpKind::param; }
+  bool is_input() const { return op == OpKind::input; }
 };
 
 // The one error type for mistakes in a model declaration (and in data fed to it).
@@ -80,6 +84,12 @@ class GraphError : public std::runtime_error {
     if (!(cond)) ::gg::check_failed(#cond, __FILE__, __LINE__);                        \
   } while (0)
 [[noreturn]] void check_failed(const char* cond, const char* file, int line);
+
+struct View;  // a value as a kernel sees it (ops/op_rule.h)
+
+// A run-time check of a node's value: returns "" when the value is acceptable, else the
+// problem ("every value is the ignore index -1: ..."). Attached with Graph::add_check.
+using ValueCheck = std::function<std::string(const View&)>;
 
 class Graph {
  public:
@@ -108,10 +118,24 @@ class Graph {
   // First node named `name` with the given op, or -1.
   NodeId find(const std::string& name, OpKind op) const;
 
+  // Attaches a value check to node `id`. Every executor whose plan contains the node runs
+  // it on each run, right after the node's value is ready (leaves: before the first step),
+  // and throws GraphError("<context>: <problem>") when it reports a problem. This is how a
+  // composite refuses data that would silently give a wrong result (cross_entropy with
+  // every target ignored) without the executor knowing the composite.
+  struct Check {
+    NodeId node;
+    std::string context;  // "<what> at <file>:<line> ('<name>')"
+    ValueCheck check;
+  };
+  void add_check(NodeId id, std::string context, ValueCheck check);
+  const std::vector<Check>& checks() const { return checks_; }
+
  private:
   friend class NameScope;
   friend class UserSite;
   std::deque<Node> nodes_;
+  std::vector<Check> checks_;
   std::string scope_;
   std::optional<std::source_location> user_loc_;
 };

@@ -20,6 +20,7 @@ struct View {
   float* f() const { return static_cast<float*>(data); }
   std::int32_t* i() const { return static_cast<std::int32_t*>(data); }
   std::int64_t numel() const { return gg::numel(*shape); }
+  std::span<float> fspan() const { return {f(), std::size_t(numel())}; }
 };
 
 struct KernelArgs {

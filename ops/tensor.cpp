@@ -22,21 +22,31 @@ void aligned_free(void* p) { std::free(p); }
 void Tensor::Free::operator()(void* p) const { aligned_free(p); }
 
 Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtype) {
+  for (std::int64_t d : shape_)
+    if (d < 0) throw GraphError(fmt::format("Tensor: negative dimension in shape {}", to_string(shape_)));
   std::size_t bytes = std::size_t(numel()) * 4;
   buf_.reset(aligned_alloc64(bytes));
   std::memset(buf_.get(), 0, bytes);
 }
 
+namespace {
+void check_count(const char* what, const Shape& shape, std::size_t count) {
+  if (std::int64_t(count) != numel(shape))
+    throw GraphError(fmt::format("Tensor::{}: {} values for shape {}, which holds {}", what, count, to_string(shape),
+                                 numel(shape)));
+}
+}  // namespace
+
 Tensor Tensor::f32(Shape shape, std::span<const float> values) {
+  check_count("f32", shape, values.size());
   Tensor t(std::move(shape), DType::f32);
-  GG_CHECK(std::int64_t(values.size()) == t.numel());
   std::memcpy(t.data(), values.data(), values.size() * 4);
   return t;
 }
 
 Tensor Tensor::i32(Shape shape, std::span<const std::int32_t> values) {
+  check_count("i32", shape, values.size());
   Tensor t(std::move(shape), DType::i32);
-  GG_CHECK(std::int64_t(values.size()) == t.numel());
   std::memcpy(t.data(), values.data(), values.size() * 4);
   return t;
 }

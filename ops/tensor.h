@@ -16,8 +16,9 @@ namespace gg {
 class Tensor {
  public:
   Tensor() = default;
-  // Zero-filled.
+  // Zero-filled. Throws GraphError on a negative dimension.
   explicit Tensor(Shape shape, DType dtype = DType::f32);
+  // `values` must hold numel(shape) entries; throws GraphError naming both counts otherwise.
   static Tensor f32(Shape shape, std::span<const float> values);
   static Tensor i32(Shape shape, std::span<const std::int32_t> values);
 

@@ -170,7 +170,7 @@ std::vector<ParamGrad> Model::grads() {
   std::vector<ParamGrad> r;
   for (std::size_t i = 0; i < last_train_->names.size(); ++i) {
     const std::string& name = last_train_->names[i];
-    r.push_back({name, &params_.at(name), last_train_->ex->value(last_train_->grads[i]).f()});
+    r.push_back({name, &params_.at(name), last_train_->ex->value(last_train_->grads[i]).fspan()});
   }
   return r;
 }

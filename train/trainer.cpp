@@ -122,7 +122,7 @@ FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const 
     if (ck.step > o.steps)
       throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond --steps {}", ck_path, ck.step, o.steps));
     load_params(m.params(), ck.params, m.param_table(), ck_path);
-    optim->load_state(ck.optim_state, ck.step);
+    optim->load_state(ck.optim_state, ck.step, param_shapes(m.params()));
     restore_rngs(ck.rng_state, ck_path, rng, m.rng());
     TrainOptions saved;
     read_json(ck.train_options, ck_path + " (train_options)", {bind(saved)});

@@ -28,7 +28,7 @@ struct Fixture {
     for (std::size_t i = 0; i < 4; ++i) grads[0][i] = float(std::sin(1.3 * double(i) + 0.7 * t) * (1 + 0.5 * t));
     for (std::size_t i = 0; i < 3; ++i) grads[1][i] = float(std::cos(0.9 * double(i) - 0.4 * t) * 0.3);
   }
-  std::vector<ParamGrad> pg() { return {{"w", &store.at("w"), grads[0].data()}, {"b", &store.at("b"), grads[1].data()}}; }
+  std::vector<ParamGrad> pg() { return {{"w", &store.at("w"), grads[0]}, {"b", &store.at("b"), grads[1]}}; }
   dvec values(const std::string& n) {
     dvec v;
     for (float f : store.at(n).fspan()) v.push_back(f);
@@ -134,7 +134,7 @@ TEST_CASE("AdamW: decoupled decay on 2-D params only, bias-corrected Adam, 3 ste
 TEST_CASE("clip_grad_norm returns the norm before clipping and scales by min(1, c / (norm + 1e-6))") {
   std::vector<float> ga = {3.f, 0.f, -4.f}, gb = {12.f};  // norm = sqrt(9 + 16 + 144) = 13
   Tensor pa({3}), pb({1});
-  auto pg = [&] { return std::vector<ParamGrad>{{"a", &pa, ga.data()}, {"b", &pb, gb.data()}}; };
+  auto pg = [&] { return std::vector<ParamGrad>{{"a", &pa, ga}, {"b", &pb, gb}}; };
 
   SUBCASE("clipping to 6.5 halves every gradient") {
     const double norm = clip_grad_norm(pg(), 6.5);
@@ -163,7 +163,7 @@ TEST_CASE("clip_grad_norm returns the norm before clipping and scales by min(1, 
   SUBCASE("norm is accumulated in double") {
     std::vector<float> big(1000, 1e-3f);
     Tensor pbig({1000});
-    std::vector<ParamGrad> one = {{"big", &pbig, big.data()}};
+    std::vector<ParamGrad> one = {{"big", &pbig, big}};
     CHECK(clip_grad_norm(one, 0) == doctest::Approx(std::sqrt(1000.0) * double(1e-3f)).epsilon(1e-12));
   }
 }
@@ -179,7 +179,7 @@ TEST_CASE("optimizer state()/load_state() round trip gives bit-identical next st
     Fixture fb, fc;
     fb.store = fa.store;
     fc.store = fa.store;
-    b.load_state(a.state(), a.steps());
+    b.load_state(a.state(), a.steps(), param_shapes(fa.store));
     CHECK(b.steps() == 2);
     for (int t = 3; t <= 4; ++t) {
       fa.set_grads(t);
@@ -232,4 +232,109 @@ TEST_CASE("cosine_lr: linear warm-up, cosine decay, lr_min after the end") {
     CHECK(cosine_lr(50, 0, 100, mx, mn) == doctest::Approx((mx + mn) / 2));
     CHECK(cosine_lr(100, 0, 100, mx, mn) == doctest::Approx(mn));
   }
+}
+
+namespace {
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const GraphError& e) {
+    return e.what();
+  }
+  FAIL("no GraphError thrown");
+  return {};
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("load_state is checked against the parameters: kind, keys, shapes, steps") {
+  Fixture f;
+  const ParamShapes shapes = param_shapes(f.store);
+  AdamW adam;
+  Sgd sgd(0.9), plain;
+  for (int t = 1; t <= 2; ++t) {
+    f.set_grads(t);
+    adam.step(f.pg(), 0.01);
+    sgd.step(f.pg(), 0.01);
+  }
+  SUBCASE("the optimizer's own state loads") {
+    AdamW a2;
+    a2.load_state(adam.state(), 2, shapes);
+    CHECK(a2.steps() == 2);
+    Sgd s2(0.9);
+    s2.load_state(sgd.state(), 2, shapes);
+    CHECK(s2.steps() == 2);
+    Sgd p2;
+    p2.load_state(plain.state(), 5, shapes);  // no buffers without momentum
+  }
+  SUBCASE("another optimizer's state is refused, naming both kinds") {
+    AdamW a2;
+    std::string msg = error_of([&] { a2.load_state(sgd.state(), 2, shapes); });
+    CHECK(contains(msg, "sgd"));
+    CHECK(contains(msg, "adamw"));
+    Sgd s2(0.9);
+    msg = error_of([&] { s2.load_state(adam.state(), 2, shapes); });
+    CHECK(contains(msg, "sgd"));
+    CHECK(contains(msg, "adamw"));
+    // Plain SGD's state (no tensors) at step 1000: AdamW misses its moments.
+    msg = error_of([&] { a2.load_state(plain.state(), 1000, shapes); });
+    CHECK(contains(msg, "adam_m.b"));
+    CHECK(contains(msg, "'b'"));
+    CHECK(contains(msg, "missing"));
+  }
+  SUBCASE("a moment of the wrong shape names the parameter, the key and both shapes") {
+    auto s = adam.state();
+    s["adam_v.w"] = Tensor({4});
+    AdamW a2;
+    std::string msg = error_of([&] { a2.load_state(s, 2, shapes); });
+    CHECK(contains(msg, "adam_v.w"));
+    CHECK(contains(msg, "'w'"));
+    CHECK(contains(msg, "(4,)"));
+    CHECK(contains(msg, "(2, 2)"));
+  }
+  SUBCASE("an unexpected key, a missing key, negative steps") {
+    auto s = adam.state();
+    s["adam_m.ghost"] = Tensor({3});
+    AdamW a2;
+    CHECK(contains(error_of([&] { a2.load_state(s, 2, shapes); }), "adam_m.ghost"));
+    auto s2 = sgd.state();
+    s2.erase("momentum.w");
+    Sgd m2(0.9);
+    std::string msg = error_of([&] { m2.load_state(s2, 2, shapes); });
+    CHECK(contains(msg, "momentum.w"));
+    CHECK(contains(msg, "missing"));
+    CHECK(contains(error_of([&] { a2.load_state(adam.state(), -1, shapes); }), "-1"));
+  }
+}
+
+TEST_CASE("step() and clip_grad_norm refuse a gradient whose size differs from its parameter's") {
+  Fixture f;
+  std::vector<float> short_grad(3);
+  std::vector<ParamGrad> pg = {{"w", &f.store.at("w"), short_grad}};
+  AdamW adam;
+  Sgd sgd(0.9);
+  for (Optimizer* o : std::initializer_list<Optimizer*>{&adam, &sgd}) {
+    std::string msg = error_of([&] { o->step(pg, 0.1); });
+    CHECK(contains(msg, "'w'"));
+    CHECK(contains(msg, "3"));
+    CHECK(contains(msg, "4"));
+  }
+  CHECK(contains(error_of([&] { clip_grad_norm(pg, 1.0); }), "'w'"));
+}
+
+TEST_CASE("step() refuses a parameter whose loaded moments have another shape, instead of reading past them") {
+  Fixture f;
+  AdamW adam;
+  f.set_grads(1);
+  adam.step(f.pg(), 0.01);
+  AdamW a2;
+  a2.load_state(adam.state(), 1, param_shapes(f.store));
+  Tensor w3({3});
+  std::vector<float> g3(3, 0.1f);
+  std::vector<ParamGrad> pg = {{"w", &w3, g3}};
+  std::string msg = error_of([&] { a2.step(pg, 0.01); });
+  CHECK(contains(msg, "adam_m.w"));
+  CHECK(contains(msg, "(2, 2)"));
+  CHECK(contains(msg, "(3,)"));
 }

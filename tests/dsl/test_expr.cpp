@@ -5,6 +5,7 @@
 
 #include "tests/test_util.h"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -126,4 +127,75 @@ TEST_CASE("argmax: i32 class indices for decoding and accuracy; no gradient flow
   Executor dex(g, {d.id}, ps);
   dex.run();
   CHECK(dex.get(d.id).to_vector() == std::vector<float>(24, 0.f));
+}
+
+namespace {
+// The message of the GraphError that `f` throws ("" and a failed check if none).
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const GraphError& e) {
+    return e.what();
+  }
+  FAIL("no GraphError thrown");
+  return {};
+}
+}  // namespace
+
+TEST_CASE("mixing Exprs of two graphs is a GraphError naming both nodes") {
+  Graph g1, g2;
+  Expr a = input(g1, "a", {2, 2});
+  Expr b = input(g2, "b", {2, 2});
+  Expr i = input(g2, "i", {2}, DType::i32);
+  for (auto f : std::vector<std::function<void()>>{
+           [&] { (void)(a + b); }, [&] { (void)(a * b); }, [&] { (void)matmul(a, b); },
+           [&] { (void)where(a, a, b); }, [&] { (void)where(b, a, a); }, [&] { (void)concat({a, b}, 0); },
+           [&] { (void)gather(a, i); }, [&] { (void)maximum(a, b); }, [&] { (void)compare(a, b, Cmp::lt); }}) {
+    std::string msg = error_of(f);
+    INFO(msg);
+    CHECK(contains(msg, "'a'"));
+    CHECK(contains(msg, "different graphs"));
+    CHECK((contains(msg, "'b'") || contains(msg, "'i'")));
+    CHECK(contains(msg, "test_expr.cpp:"));
+  }
+  CHECK(contains(error_of([&] { grad(sum_all(a), {b}); }), "different graphs"));
+}
+
+TEST_CASE("an op on an empty (default-constructed) Expr throws instead of crashing") {
+  Graph g;
+  Expr x = input(g, "x", {2});
+  Expr empty;
+  for (auto f : std::vector<std::function<void()>>{
+           [&] { (void)(empty + 1.f); }, [&] { (void)(x + empty); }, [&] { (void)(2.f * empty); },
+           [&] { (void)exp(empty); }, [&] { (void)matmul(x, empty); }, [&] { (void)-empty; },
+           [&] { (void)empty.shape(); }, [&] { (void)sum_all(empty); }, [&] { (void)concat({}, 0); }}) {
+    std::string msg = error_of(f);
+    INFO(msg);
+    CHECK(contains(msg, "empty"));
+  }
+}
+
+TEST_CASE("grad() of a non-scalar points at the user's grad() call, not at the op") {
+  Graph g;
+  Expr x = input(g, "x", {3});
+  Expr y = exp(x);
+  std::string msg;
+  int line = 0;
+  try { line = __LINE__; grad(y, {x}); } catch (const GraphError& e) { msg = e.what(); }
+  INFO(msg);
+  CHECK(contains(msg, "test_expr.cpp:" + std::to_string(line)));
+  CHECK(contains(msg, "(3,)"));
+}
+
+TEST_CASE("node_ids: the ids of Exprs for an executor, refusing an Expr of another graph") {
+  Graph g, other;
+  Expr x = input(g, "x", {2});
+  Expr y = exp(x);
+  Expr z = input(other, "z", {2});
+  CHECK(node_ids(g, {x, y}) == std::vector<NodeId>{x.id, y.id});
+  std::string msg = error_of([&] { node_ids(g, {y, z}); });
+  CHECK(contains(msg, "'z'"));
+  CHECK(contains(msg, "another graph"));
+  CHECK(contains(error_of([&] { node_ids(g, {Expr{}}); }), "empty"));
 }

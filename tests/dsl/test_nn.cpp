@@ -6,6 +6,7 @@
 #include "tests/test_util.h"
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numbers>
 #include <random>
@@ -608,4 +609,183 @@ TEST_CASE("gradcheck: patch_embedding of one-channel images, and a bad patch siz
     CHECK(contains(m, "patches at test_nn.cpp:" + std::to_string(line)));
     CHECK(contains(m, "patch size 2 does not divide the image size 5x4"));
   }
+}
+
+// ---- the mask rule: per batch, for every rank --------------------------------------------
+
+namespace {
+// Attention weights of q = k = 0 (so every allowed key gets the same weight), v = 0.
+Tensor uniform_weights(Shape qs, Shape ks, std::function<Expr(Graph&)> make_mask,
+                       const std::map<std::string, Tensor>& extra = {}) {
+  Graph g;
+  Expr q = input(g, "q", qs), k = input(g, "k", ks), v = input(g, "v", ks);
+  AttentionResult r = attention(q, k, v, {.mask = make_mask(g)});
+  ParamStore ps;
+  std::map<std::string, Tensor> in = extra;
+  in.emplace("q", Tensor(qs));
+  in.emplace("k", Tensor(ks));
+  in.emplace("v", Tensor(ks));
+  return run(g, {r.weights}, ps, in)[0];
+}
+std::vector<float> row(const Tensor& w, std::int64_t offset, std::int64_t n) {
+  return {w.f() + offset, w.f() + offset + n};
+}
+}  // namespace
+
+TEST_CASE("masks: causal * padding (B, T, T) onto (B, H, T, T) scores applies per batch, also when B == n_head") {
+  const std::int64_t T = 3;
+  for (std::int64_t B : {2, 3}) {
+    const std::int64_t H = 2;  // B == H, then B != H
+    CAPTURE(B);
+    std::vector<std::int32_t> keep(static_cast<std::size_t>(B * T), 1);
+    keep[std::size_t((B - 1) * T + 1)] = keep[std::size_t((B - 1) * T + 2)] = 0;  // last batch: 1 real token
+    Tensor w = uniform_weights({B, H, T, 4}, {B, H, T, 4}, [&](Graph& g) {
+      Expr m = causal_mask(g, T) * padding_mask(input(g, "keep", {B, T}, DType::i32));
+      CHECK(m.shape() == Shape{B, T, T});
+      return m;
+    }, {{"keep", Tensor::i32({B, T}, keep)}});
+    for (std::int64_t h = 0; h < H; ++h) {
+      CAPTURE(h);
+      // The last batch, last query row: only key 0 is real.
+      CHECK(row(w, (((B - 1) * H + h) * T + 2) * T, T) == std::vector<float>{1, 0, 0});
+      // The first batch, last query row: causal only, all three keys.
+      for (float x : row(w, ((0 * H + h) * T + 2) * T, T)) CHECK(x == doctest::Approx(1.0 / 3));
+    }
+  }
+}
+
+TEST_CASE("masks: queries and keys of different lengths (cross-attention), every mask rank") {
+  const std::int64_t B = 2, H = 2, Tq = 2, Tk = 3;
+  const std::vector<float> keep = {1, 1, 1, 1, 1, 0};
+  SUBCASE("(B, 1, Tk) padding onto (B, H, Tq, Tk)") {
+    Tensor w = uniform_weights({B, H, Tq, 4}, {B, H, Tk, 4},
+                               [&](Graph& g) { return padding_mask(input(g, "keep", {B, Tk})); },
+                               {{"keep", Tensor::f32({B, Tk}, keep)}});
+    CHECK(w.shape() == Shape{B, H, Tq, Tk});
+    CHECK(row(w, ((1 * H + 1) * Tq + 1) * Tk, Tk) == std::vector<float>{0.5f, 0.5f, 0});
+    CHECK(row(w, ((0 * H + 1) * Tq + 1) * Tk, Tk)[2] == doctest::Approx(1.0 / 3));
+  }
+  SUBCASE("(Tq, Tk) onto (B, Tq, Tk)") {
+    Tensor w = uniform_weights({B, Tq, 4}, {B, Tk, 4}, [&](Graph& g) {
+      return constant(g, {1, 0, 0, 1, 1, 0}, {Tq, Tk});
+    });
+    CHECK(row(w, (1 * Tq + 1) * Tk, Tk) == std::vector<float>{0.5f, 0.5f, 0});
+    CHECK(row(w, 0, Tk) == std::vector<float>{1, 0, 0});
+  }
+  SUBCASE("(B, Tq, Tk) onto (B, H, Tq, Tk) and 4-D (B, 1, Tq, Tk) passed through") {
+    std::vector<float> m = {1, 1, 1, 1, 1, 1, /* batch 1 */ 1, 0, 0, 0, 1, 0};
+    for (Shape ms : {Shape{B, Tq, Tk}, Shape{B, 1, Tq, Tk}}) {
+      Tensor w = uniform_weights({B, H, Tq, 4}, {B, H, Tk, 4}, [&](Graph& g) { return constant(g, m, ms); });
+      CHECK(row(w, ((1 * H + 1) * Tq + 0) * Tk, Tk) == std::vector<float>{1, 0, 0});
+      CHECK(row(w, ((1 * H + 0) * Tq + 1) * Tk, Tk) == std::vector<float>{0, 1, 0});
+    }
+  }
+}
+
+TEST_CASE("masks: a shape that does not follow the rule is an error naming both shapes") {
+  Graph g;
+  Expr scores = input(g, "scores", {2, 4, 3, 3});  // (B 2, H 4, Tq 3, Tk 3)
+  auto msg_of = [&](Shape ms) {
+    Expr m = input(g, "m", ms);
+    try {
+      masked_fill(scores, m);
+    } catch (const GraphError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // A (H, Tq, Tk) mask lines up with the heads under broadcasting, but a 3-D mask is per batch.
+  std::string msg = msg_of({4, 3, 3});
+  INFO(msg);
+  CHECK(contains(msg, "(4, 3, 3)"));
+  CHECK(contains(msg, "(2, 4, 3, 3)"));
+  CHECK(contains(msg, "(1, H, Tq, Tk)"));  // the hint: how to write a per-head mask
+  for (Shape bad : {Shape{3}, Shape{2, 4, 3, 3, 1}, Shape{3, 2}, Shape{2, 2, 3, 3}}) {
+    std::string m2 = msg_of(bad);
+    INFO(m2);
+    CHECK(contains(m2, to_string(bad)));
+    CHECK(contains(m2, "(2, 4, 3, 3)"));
+  }
+}
+
+TEST_CASE("padding_mask from i32 validity or from token ids and a pad id") {
+  Graph g;
+  Expr ids = input(g, "ids", {2, 3}, DType::i32);
+  Expr valid = input(g, "valid", {2, 3}, DType::i32);
+  Expr from_ids = padding_mask_from_ids(ids, 0);
+  Expr from_valid = padding_mask(valid);
+  CHECK(from_ids.shape() == Shape{2, 1, 3});
+  CHECK(from_ids.dtype() == DType::f32);
+  CHECK(from_valid.dtype() == DType::f32);
+  ParamStore ps;
+  auto out = run(g, {from_ids, from_valid}, ps,
+                 {{"ids", Tensor::i32({2, 3}, std::vector<std::int32_t>{5, 7, 0, 3, 0, 0})},
+                  {"valid", Tensor::i32({2, 3}, std::vector<std::int32_t>{1, 0, 1, 1, 1, 0})}});
+  CHECK(out[0].to_vector() == std::vector<float>{1, 1, 0, 1, 0, 0});
+  CHECK(out[1].to_vector() == std::vector<float>{1, 0, 1, 1, 1, 0});
+  CHECK_THROWS_AS(padding_mask_from_ids(input(g, "f", {2, 3}), 0), GraphError);
+}
+
+TEST_CASE("cross_entropy refuses, at run time, a batch whose targets are all the ignore index") {
+  Graph g;
+  Expr logits = input(g, "logits", {2, 3});
+  Expr targets = input(g, "targets", {2}, DType::i32);
+  Expr loss = cross_entropy(logits, targets, -1);
+  ParamStore ps;
+  Executor ex(g, {loss.id}, ps);
+  ex.set_input("logits", Tensor(Shape{2, 3}));
+  ex.set_input("targets", std::vector<std::int32_t>{-1, 2});
+  ex.run();
+  CHECK(ex.scalar(loss.id) == doctest::Approx(std::log(3.0)));
+  ex.set_input("targets", std::vector<std::int32_t>{-1, -1});
+  std::string msg;
+  try { ex.run(); } catch (const GraphError& e) { msg = e.what(); }
+  INFO(msg);
+  CHECK(contains(msg, "cross_entropy"));
+  CHECK(contains(msg, "targets"));
+  CHECK(contains(msg, "every value is the ignore index -1"));
+  CHECK(contains(msg, "no position to average the loss over"));
+}
+
+TEST_CASE("embedding: an id outside the table is an error at run time, not a read out of bounds") {
+  Graph g;
+  Expr ids = input(g, "ids", {3}, DType::i32);
+  Expr e = embedding(ids, 4, 2, "wte");
+  ParamStore ps;
+  ps.init_missing(g, 0);
+  Executor ex(g, {e.id}, ps);
+  ex.set_input("ids", std::vector<std::int32_t>{0, 4, 1});
+  std::string msg;
+  try { ex.run(); } catch (const GraphError& e2) { msg = e2.what(); }
+  CHECK(contains(msg, "index 4 at position 1 is out of range [0, 4)"));
+}
+
+TEST_CASE("cross_entropy refuses, at run time, a target outside the vocabulary that is not ignored") {
+  Graph g;
+  Expr logits = input(g, "logits", {2, 3});
+  Expr targets = input(g, "targets", {2}, DType::i32);
+  Expr loss = cross_entropy(logits, targets, -1);
+  ParamStore ps;
+  Executor ex(g, {loss.id}, ps);
+  ex.set_input("logits", Tensor(Shape{2, 3}));
+  ex.set_input("targets", std::vector<std::int32_t>{1, 3});
+  std::string msg;
+  try { ex.run(); } catch (const GraphError& e) { msg = e.what(); }
+  CHECK(contains(msg, "target 3 at position 1 is outside [0, 3) and not the ignore index -1"));
+}
+
+TEST_CASE("sizes a composite cannot use are GraphErrors at the user's line, not allocation failures") {
+  Graph g;
+  Expr x = input(g, "x", {2, 3});
+  auto msg_of = [](auto f) {
+    try {
+      f();
+    } catch (const GraphError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no GraphError");
+  };
+  CHECK(contains(msg_of([&] { causal_mask(g, -100000000); }), "causal_mask at test_nn.cpp:"));
+  CHECK(contains(msg_of([&] { positional_encoding(g, -2, 4); }), "max_len -2"));
+  CHECK(contains(msg_of([&] { multi_head_attention(x, 1, "m"); }), "multi_head_attention at test_nn.cpp:"));
 }

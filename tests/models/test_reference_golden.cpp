@@ -82,7 +82,7 @@ double check_grad_case(const std::string& name) {
   CHECK(ref_grads == grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
     CHECK(grads[i].name == table[i].name);  // the spec's table order
-    compare("grad." + grads[i].name, grads[i].grad, grads[i].param->shape(), "grad." + grads[i].name);
+    compare("grad." + grads[i].name, grads[i].grad.data(), grads[i].param->shape(), "grad." + grads[i].name);
   }
   MESSAGE("ref_" << name << ": loss " << loss << ", worst error " << worst << " of tolerance (" << worst_name << ")");
   return worst;
@@ -109,7 +109,7 @@ TEST_CASE("golden: the comparison detects a wrong gradient") {
   r.forward_backward(b);
   bool any_out = false;
   for (const ParamGrad& pg : r.grads()) {
-    const Diff d = diff(pg.grad, ref.get_f32("grad." + pg.name));
+    const Diff d = diff(pg.grad.data(), ref.get_f32("grad." + pg.name));
     any_out = any_out || d.max_err > 1e-4 * std::max(d.max_ref, 1e-3);
   }
   CHECK(any_out);

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "ops/build.h"
 #include "ops/executor.h"
 
@@ -50,7 +52,8 @@ TEST_CASE("inputs are fed by name; mistakes name the input") {
 
   SUBCASE("wrong name") {
     std::string msg = error_of([&] { ex.set_input("tokens.y", Tensor({2, 3})); });
-    CHECK(contains(msg, "no input named 'tokens.y'"));
+    CHECK(contains(msg, "no input 'tokens.y'"));
+    CHECK(contains(msg, "did you mean 'tokens.x'?"));
   }
   SUBCASE("wrong shape") {
     std::string msg = error_of([&] { ex.set_input("tokens.x", Tensor({3, 2})); });
@@ -339,4 +342,89 @@ TEST_CASE("a reshape is a view of its input's buffer, and keeps that buffer aliv
   ps.at("w").f()[0] = 10.f;  // the store changes; the copied reshape follows at the next run
   ex.run();
   CHECK(ex.value(rw).f()[0] == 10.f);
+}
+
+// ---- mistakes throw GraphError (never abort), and name what is wrong --------------------
+
+TEST_CASE("Tensor::f32 / Tensor::i32 with the wrong number of values throw, naming both counts and the shape") {
+  std::string msg = error_of([] { Tensor::f32({2, 3}, std::vector<float>{1, 2, 3, 4, 5}); });
+  CHECK(contains(msg, "5 values"));
+  CHECK(contains(msg, "6"));
+  CHECK(contains(msg, "(2, 3)"));
+  msg = error_of([] { Tensor::i32({4}, std::vector<std::int32_t>{1, 2}); });
+  CHECK(contains(msg, "2 values"));
+  CHECK(contains(msg, "(4,)"));
+}
+
+TEST_CASE("an executor refuses output ids that are not nodes of its graph") {
+  Graph g;
+  NodeId x = op::input(g, "x", {2});
+  ParamStore ps;
+  std::string msg = error_of([&] { Executor ex(g, {x, 7}, ps); });
+  CHECK(contains(msg, "%7"));
+  CHECK(contains(msg, "not a node of this graph"));
+  CHECK(contains(error_of([&] { Executor ex(g, {-1}, ps); }), "%-1"));
+  // value()/get() of a node the plan did not keep is an error too.
+  NodeId y = op::exp(g, x);
+  NodeId z = op::exp(g, y);
+  Executor ex(g, {z}, ps);
+  ex.set_input("x", std::vector<float>{1, 2});
+  ex.run();
+  CHECK(contains(error_of([&] { (void)ex.value(y); }), "not an output of this plan"));
+  CHECK(contains(error_of([&] { (void)ex.get(99); }), "not an output of this plan"));
+}
+
+TEST_CASE("feeding an input the plan does not need says so; an unknown name suggests the closest declared ones") {
+  Graph g;
+  NodeId tokens = op::input(g, "tokens", {2});
+  NodeId labels = op::input(g, "labels", {2});
+  (void)labels;
+  NodeId y = op::exp(g, tokens);
+  ParamStore ps;
+  Executor ex(g, {y}, ps);
+  std::string msg = error_of([&] { ex.set_input("labels", std::vector<float>{1, 2}); });
+  CHECK(contains(msg, "'labels'"));
+  CHECK(contains(msg, "declared"));
+  CHECK(contains(msg, "not used by the requested outputs"));
+  msg = error_of([&] { ex.set_input("token", std::vector<float>{1, 2}); });
+  CHECK(contains(msg, "no input 'token'"));
+  CHECK(contains(msg, "did you mean 'tokens'?"));
+  msg = error_of([&] { ex.set_input("zzzzzzzzzzz", std::vector<float>{1, 2}); });
+  CHECK(contains(msg, "no input 'zzzzzzzzzzz'"));
+  CHECK(!contains(msg, "did you mean"));
+}
+
+TEST_CASE("a value check attached to a node runs after the node is computed and throws its message") {
+  Graph g;
+  NodeId x = op::input(g, "x", {3});
+  NodeId y = op::mul(g, x, op::scalar(g, 2.f));
+  auto positive = [](const View& v) -> std::string {
+    for (std::int64_t i = 0; i < v.numel(); ++i)
+      if (v.f()[i] <= 0.f) return fmt::format("value {} at {} is not positive", v.f()[i], i);
+    return {};
+  };
+  g.add_check(y, "my_layer at model.cpp:7 ('y')", positive);
+  g.add_check(x, "my_input at model.cpp:3 ('x')", positive);
+  ParamStore ps;
+  Executor ex(g, {y}, ps);
+  ex.set_input("x", std::vector<float>{1, 2, 3});
+  ex.run();
+  CHECK(ex.get(y).to_vector() == std::vector<float>{2, 4, 6});
+  ex.set_input("x", std::vector<float>{1, -2, 3});
+  CHECK(error_of([&] { ex.run(); }) == "my_input at model.cpp:3 ('x'): value -2 at 1 is not positive");
+  // A plan without the checked node does not run its check.
+  NodeId z = op::exp(g, x);
+  g.add_check(z, "never", [](const View&) -> std::string { return "fails"; });
+  Executor ex2(g, {y}, ps);
+  ex2.set_input("x", std::vector<float>{1, 2, 3});
+  CHECK_NOTHROW(ex2.run());
+}
+
+TEST_CASE("a Tensor with a negative dimension and sum_to a shape that does not broadcast throw GraphError") {
+  CHECK(contains(error_of([] { Tensor t({-1, 2}); }), "negative dimension in shape (-1, 2)"));
+  Graph g;
+  NodeId x = op::input(g, "x", {2, 3});
+  std::string msg = error_of([&] { op::sum_to(g, x, {5}); });
+  CHECK(contains(msg, "(5,) does not broadcast to (2, 3)"));
+  CHECK(contains(error_of([&] { op::sum_to(g, 42, {5}); }), "%42 is not a node of this graph"));
 }
