@@ -4,9 +4,9 @@
 // and once without. Unclipped, one large gradient throws the weights so far that the loss
 // blows up; clipped, every update has norm <= lr * 1.0 and training stays finite.
 // Each run writes its curves under --out/clipped and --out/unclipped (fit() stops a run at
-// its first non-finite loss and still writes them); the comparison reads them back into
-// --out/loss.csv and loss.svg. The gradient norm, before clipping, of one fixed probe batch
-// at the current weights is a metric (DataSource::metrics) and goes to --out/grad_norm.csv.
+// its first non-finite loss, still writes them and hands them back with the Diverged error);
+// the comparison goes to --out/loss.csv and loss.svg, and the global gradient norm of every
+// step, before clipping, to --out/grad_norm.csv.
 // Checks: the unclipped run diverges (a loss non-finite or above twice the uniform guess's
 // ln V), the clipped one stays finite and ends below its initial loss.
 #include <CLI/CLI.hpp>
@@ -26,22 +26,17 @@
 
 using namespace gg;
 
-// One series of a curves CSV as fit() writes it ("series,x,y" rows), renamed `name`.
-static train::Series read_series(const std::string& path, const std::string& series, const std::string& name) {
-  train::Series s{name, {}, {}};
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);)
-    if (line.starts_with(series + ",")) {
-      char* end = nullptr;
-      s.x.push_back(std::strtod(line.c_str() + series.size() + 1, &end));
-      s.y.push_back(std::strtod(end + 1, nullptr));  // "nan", "inf" read as such
-    }
-  return s;
+// The curve `series` of a run, renamed `name`.
+static train::Series find_series(const std::vector<train::Series>& curves, const std::string& series,
+                                 const std::string& name) {
+  for (const train::Series& s : curves)
+    if (s.name == series) return {name, s.x, s.y};
+  return {name, {}, {}};
 }
 
 struct Run {
   std::string name;
-  train::Series loss, grad_norm;  // per step; per evaluation (of the probe batch)
+  train::Series loss, grad_norm;  // per step
   std::string stopped;            // why fit() stopped the run early, if it did
   std::int64_t blew_up_at = -1;   // first step whose loss was non-finite or above the blow-up level
   double seconds = 0;
@@ -52,20 +47,20 @@ static Run train_one(const std::string& name, const std::string& dir, const mode
                      const train::DataSource& data, train::TrainOptions o, double blowup) {
   Run r;
   r.name = name, o.out_dir = dir;
-  std::filesystem::remove(dir + "/loss.csv");     // a run that stops early writes no metrics.csv:
-  std::filesystem::remove(dir + "/metrics.csv");  // none of an earlier run's may be read back
   train::Model m = models::gpt_model(cfg);
   train::RunInfo info;
   info.title = fmt::format("SGD at lr {}, {}", o.lr, name);
   auto t0 = std::chrono::steady_clock::now();
+  std::vector<train::Series> curves;
   try {
-    train::fit(m, data, o, info);
-  } catch (const train::InputError& e) {  // diverged (the options were checked before)
+    curves = train::fit(m, data, o, info).curves;
+  } catch (const train::Diverged& e) {  // the curves up to the step before
     r.stopped = e.what();
+    curves = e.curves;
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.loss = read_series(dir + "/loss.csv", "train", name);
-  r.grad_norm = read_series(dir + "/metrics.csv", "grad_norm", name);
+  r.loss = find_series(curves, "train", name);
+  r.grad_norm = find_series(curves, "grad_norm", name);
   for (std::size_t i = 0; i < r.loss.y.size() && r.blew_up_at < 0; ++i)
     if (!(r.loss.y[i] <= blowup)) r.blew_up_at = std::int64_t(r.loss.x[i]);  // catches nan too
   if (r.blew_up_at < 0 && !r.stopped.empty()) r.blew_up_at = std::int64_t(r.loss.y.size()) + 1;
@@ -106,15 +101,8 @@ int main(int argc, char** argv) {
     train::sample_batch(split, batch, block, rng, x, y);
     return train::Batch{{"tokens", Tensor::i32({batch, block}, x)}, {"targets", Tensor::i32({batch, block}, y)}};
   };
-  std::mt19937_64 probe_rng(std::uint64_t(seed) + 1);
-  const train::Batch probe = sample(text.train, probe_rng);
   train::DataSource data;
   data.train = [&](std::mt19937_64& rng) { return sample(text.train, rng); };
-  data.metrics = [&](train::Model& m) {  // the probe's gradient norm at the current weights
-    m.forward_backward(probe);
-    std::vector<ParamGrad> pg = m.grads();
-    return std::vector<std::pair<std::string, double>>{{"grad_norm", clip_grad_norm(pg, 0)}};
-  };
   data.items = [](const train::Batch& b) { return numel(b.at("tokens").shape()); };
   data.item_name = "tok";
 

@@ -194,6 +194,8 @@ View Model::train_output(const std::string& name) const {
   throw InputError(fmt::format("model '{}': no output named '{}'", kind_, name));
 }
 
+Executor& Model::plan_for(const Batch& b, bool training) { return *plan(b, training).ex; }
+
 Executor& Model::last_train_plan() {
   if (!last_train_) throw InputError(fmt::format("model '{}': no forward_backward() has run yet", kind_));
   return *last_train_->ex;

@@ -102,6 +102,8 @@ class Model {
   std::mt19937_64& rng() { return rng_; }
   // The training plan of the last forward_backward (its arena size, order, profile).
   Executor& last_train_plan();
+  // The plan for a batch's shapes (built and cached if new), without running it.
+  Executor& plan_for(const Batch& b, bool training);
   // Builds a plan's graph without running it: for listings and tests.
   std::unique_ptr<Graph> graph_for(const Batch& b, bool training, ModelOutputs* outs = nullptr) const;
 

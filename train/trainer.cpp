@@ -71,12 +71,18 @@ Series* series(std::vector<Series>& curves, const std::string& name) {
   return &curves.back();
 }
 
-// loss.csv/svg: train and val; metrics.csv/svg: the user's measures, when there are any.
+// loss.csv: train, val and grad_norm; loss.svg: train and val; metrics.csv/svg: the
+// user's measures, when there are any.
 void write_curves(const std::string& dir, const std::string& title, const std::vector<Series>& curves) {
-  std::vector<Series> loss, metrics;
-  for (const Series& s : curves) (s.name == "train" || s.name == "val" ? loss : metrics).push_back(s);
+  std::vector<Series> loss, plotted, metrics;
+  for (const Series& s : curves) {
+    const bool is_loss = s.name == "train" || s.name == "val";
+    if (is_loss || s.name == "grad_norm") loss.push_back(s);
+    if (is_loss) plotted.push_back(s);
+    if (!is_loss && s.name != "grad_norm") metrics.push_back(s);
+  }
   write_csv(dir + "/loss.csv", loss);
-  write_svg(dir + "/loss.svg", title, "step", "loss", loss);
+  write_svg(dir + "/loss.svg", title, "step", "loss", plotted);
   if (!metrics.empty()) {
     write_csv(dir + "/metrics.csv", metrics);
     write_svg(dir + "/metrics.svg", title, "step", "value", metrics);
@@ -102,14 +108,16 @@ FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const 
   TrainOptions::table().validate(&o, "training options");
   if (!data.train) throw InputError("fit: the data source has no training batches");
   std::mt19937_64 rng(std::uint64_t(o.seed));
+  Batch first;  // drawn from a copy of the generator: declares the model, sizes its plan
   {
-    std::mt19937_64 probe = rng;  // declares the model without using up the first batch
-    m.declare(data.train(probe));
+    std::mt19937_64 probe = rng;
+    first = data.train(probe);
   }
+  m.declare(first);
   std::filesystem::create_directories(o.out_dir);
   const std::string ck_path = o.out_dir + "/checkpoint.safetensors";
   std::unique_ptr<Optimizer> optim = make_optimizer(o);
-  std::vector<Series> curves{{"train", {}, {}}};
+  std::vector<Series> curves{{"train", {}, {}}, {"grad_norm", {}, {}}};
   std::int64_t start = 0;
   if (o.resume) {
     Checkpoint ck = load_checkpoint(ck_path);
@@ -142,6 +150,11 @@ FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const 
   for (const ParamInfo& p : m.param_table()) n_params += numel(p.shape);
   fmt::print(out, "gradgraph fit: model '{}', {} parameters in {} tensors; {} steps with {} lr {}\n", m.kind(),
              n_params, m.param_table().size(), o.steps, o.optimizer, o.lr);
+  {
+    const Executor& plan = m.plan_for(first, /*training=*/true);  // built now: its size is known up front
+    fmt::print(out, "plan: {} steps, arena {:.1f} MiB (without reuse {:.1f} MiB)\n", plan.order().size(),
+               double(plan.arena_bytes()) / (1 << 20), double(plan.unshared_bytes()) / (1 << 20));
+  }
   std::fflush(out);  // before the progress bar (stderr) starts
 
   auto save_at = [&](std::int64_t step) {
@@ -183,15 +196,18 @@ FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const 
       progress.finish();
       write_curves(o.out_dir, info.title, curves);
       const bool have_ck = std::filesystem::exists(ck_path);
-      throw InputError(fmt::format("training diverged at step {}: the {} is {}; {}", step + 1,
+      throw Diverged(fmt::format("training diverged at step {}: the {} is {}; {}", step + 1,
                                    std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss,
                                    have_ck ? fmt::format("the last good checkpoint is kept in {}", ck_path)
-                                           : std::string("no checkpoint was written before it")));
+                                           : std::string("no checkpoint was written before it")),
+                     step + 1, curves);
     }
     optim->step(pg, cosine_lr(step, o.warmup, o.steps, o.lr, o.min_lr));
     items += batch_items(data, b);
     series(curves, "train")->x.push_back(double(step + 1));
     series(curves, "train")->y.push_back(loss);
+    series(curves, "grad_norm")->x.push_back(double(step + 1));
+    series(curves, "grad_norm")->y.push_back(norm);
     ema = std::isnan(ema) ? loss : 0.9 * ema + 0.1 * loss;
     res.final_train_loss = loss;
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -215,6 +231,7 @@ FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const 
   evaluation(o.steps, o.final_eval_iters, res);
   save_at(o.steps);
   write_curves(o.out_dir, info.title, curves);
+  res.curves = curves;
   fmt::print(out, "trained {} steps in {:.1f} s ({:.0f} {}/s)\n", res.steps, res.seconds, res.items_per_sec,
              data.item_name);
   fmt::print(out, "wrote {}, {}/loss.csv, {}/loss.svg{}\n", ck_path, o.out_dir, o.out_dir,

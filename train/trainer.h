@@ -25,6 +25,7 @@
 #include "../autodiff/optim.h"
 #include "model.h"
 #include "options.h"
+#include "plot.h"
 
 namespace gg::train {
 
@@ -52,6 +53,8 @@ struct DataSource {
   // The i-th validation batch (the same every evaluation); none: evaluations use nothing.
   std::function<Batch(std::int64_t i)> val;
   // The user's own measures at each evaluation and at the end (e.g. accuracy), by name.
+  // Use evaluation passes (m.evaluate, m.loss): a training pass here would replace the
+  // gradients of the step just taken.
   std::function<std::vector<std::pair<std::string, double>>(Model& m)> metrics;
   // Items in a batch for the throughput figure (e.g. tokens); default: its first dimension.
   std::function<std::int64_t(const Batch&)> items;
@@ -70,6 +73,21 @@ struct FitResult {
   std::vector<std::pair<std::string, double>> metrics;  // the last evaluation's
   double seconds = 0, items_per_sec = 0;
   std::string checkpoint;                         // its path
+  // Every curve of the run, a resumed run's earlier part included: "train" (loss per step),
+  // "grad_norm" (global gradient norm before clipping, per step), "val" (at evaluations)
+  // and one per metric.
+  std::vector<Series> curves;
+};
+
+// What fit() throws when the loss or the gradient norm stops being finite: the step, and
+// the curves up to the step before (also written to loss.csv). The last good checkpoint
+// is kept.
+class Diverged : public InputError {
+ public:
+  Diverged(const std::string& what, std::int64_t step, std::vector<Series> curves)
+      : InputError(what), step(step), curves(std::move(curves)) {}
+  std::int64_t step;            // the 1-based step whose loss or norm was not finite
+  std::vector<Series> curves;
 };
 
 // Trains `m` (parameters created from their initializers with o.seed unless resumed or

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "dsl/nn.h"
@@ -23,6 +24,7 @@ using namespace gg::dsl;
 using gg::test::contains;
 using gg::test::read_all;
 using gg::test::TempDir;
+using train::Series;
 namespace fs = std::filesystem;
 
 // y = sin(x0) + x1 / 2, learned by a 2 -> 16 -> 1 tanh MLP of a given width option.
@@ -127,6 +129,12 @@ TEST_CASE("fit: any model learns, with validation at another shape, metrics, cur
   CHECK(r.metrics[0].second < 0.25);
   CHECK(contains(report, "step   100: train loss"));
   CHECK(contains(report, "rmse"));
+  // The curves: 300 losses and gradient norms, validation and the metric at each evaluation.
+  std::map<std::string, std::size_t> points;
+  for (const Series& s : r.curves) points[s.name] = s.x.size();
+  CHECK(points == std::map<std::string, std::size_t>{{"train", 300}, {"grad_norm", 300}, {"val", 3}, {"rmse", 3}});
+  CHECK(contains(report, "plan: "));
+  CHECK(contains(read_all(dir.file("run/loss.csv")), "grad_norm,300,"));
   for (const char* f : {"checkpoint.safetensors", "loss.csv", "loss.svg", "metrics.csv", "metrics.svg"})
     CHECK(fs::exists(dir.file(std::string("run/") + f)));
   CHECK(contains(read_all(dir.file("run/metrics.csv")), "rmse,300,"));
@@ -193,8 +201,20 @@ TEST_CASE("fit: a diverging run stops, keeps the last good checkpoint and writes
     return b;
   };
   train::Model m = mlp();
-  const std::string e = error_of([&] { quiet_fit(m, d, o); });
+  std::string e;
+  std::int64_t diverged_at = 0;
+  std::size_t curve_points = 0;
+  try {
+    quiet_fit(m, d, o);
+  } catch (const train::Diverged& x) {
+    e = x.what();
+    diverged_at = x.step;
+    for (const Series& s : x.curves)
+      if (s.name == "train") curve_points = s.x.size();
+  }
   INFO(e);
+  CHECK(diverged_at == 51);
+  CHECK(curve_points == 50);
   CHECK(contains(e, "training diverged at step 51: the loss is inf"));
   CHECK(contains(e, "the last good checkpoint is kept in"));
   const train::Checkpoint ck = train::load_checkpoint(dir.file("run/checkpoint.safetensors"));
