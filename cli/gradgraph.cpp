@@ -91,6 +91,7 @@ int run_grad(const GradCmd& a) {
 struct ReplayCmd {
   std::string config, weights, batches, optimizer, out, betas = "0.9,0.999";
   double lr = 0, momentum = 0, eps = 1e-8, weight_decay = 0.01, clip = 0;
+  bool allow_nonfinite = false;
 };
 
 int run_replay(const ReplayCmd& a) {
@@ -104,6 +105,19 @@ int run_replay(const ReplayCmd& a) {
   if (!(bs >> o.beta1 >> comma >> o.beta2) || comma != ',' || !bs.eof())
     throw InputError(fmt::format("--betas: expected two numbers as B1,B2, got '{}'", a.betas));
   train::ReplayResult r = train::replay(m, b, o);
+  if (!a.allow_nonfinite) {
+    std::vector<std::string> bad;
+    for (const train::ParamInfo& p : m.param_table())
+      for (float v : m.params().at(p.name).fspan())
+        if (!std::isfinite(v)) {
+          bad.push_back(p.name);
+          break;
+        }
+    if (!bad.empty())
+      throw InputError(fmt::format("replay diverged: {} parameter tensors hold non-finite values after {} steps "
+                                   "(first: {}); nothing written to {} (--allow-nonfinite writes them anyway)",
+                                   bad.size(), b.size(), bad.front(), a.out));
+  }
   io::File out;
   for (const train::ParamInfo& p : m.param_table()) out.add_f32(p.name, p.shape, m.params().at(p.name).to_vector());
   out.add_f32("losses", {std::int64_t(b.size())}, r.losses);
@@ -203,6 +217,7 @@ int main(int argc, char** argv) {
   rp->add_option("--weight-decay", ra.weight_decay, "AdamW weight decay")->capture_default_str();
   rp->add_option("--clip", ra.clip, "Clip the global gradient norm (0 = off)")->capture_default_str();
   rp->add_option("--out", ra.out, "Output safetensors")->required();
+  rp->add_flag("--allow-nonfinite", ra.allow_nonfinite, "Write the parameters even when some are NaN or infinite");
 
   // inspect
   InspectCmd ia;

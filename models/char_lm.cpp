@@ -152,7 +152,10 @@ std::string sample_text(const GptConfig& c, const ParamStore& store, const std::
     throw InputError(fmt::format("--prompt: {}", e.what()));
   }
   if (ids.empty()) ids.push_back(0);
-  const std::int64_t T = c.block_size, V = c.vocab_size;
+  // The window: block_size, or less when the whole text fits in less (a model with a long
+  // context need not plan its whole window to continue a short prompt).
+  const std::int64_t T = std::min<std::int64_t>(c.block_size, std::int64_t(ids.size()) + o.tokens),
+                     V = c.vocab_size;
   Graph g;
   Gpt m = build_gpt(g, c, 1, T, /*with_loss=*/false, /*training=*/false);
   ParamStore params = store;

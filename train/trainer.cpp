@@ -18,8 +18,8 @@ const OptionTable<TrainOptions>& TrainOptions::table() {
   using T = TrainOptions;
   static const OptionTable<T> t{
       {opt("out_dir", &T::out_dir, "Where checkpoint.safetensors, loss.csv and loss.svg go"),
-       opt("steps", &T::steps, "Optimizer steps").at_least(1),
-       opt("warmup", &T::warmup, "Linear warm-up steps before the cosine decay").at_least(0),
+       opt("steps", &T::steps, "Optimizer steps").at_least(1).at_most(1e9),
+       opt("warmup", &T::warmup, "Linear warm-up steps before the cosine decay").at_least(0).at_most(1e9),
        choice("optimizer", &T::optimizer, {{"adamw", "adamw"}, {"sgd", "sgd"}}, "adamw or sgd"),
        opt("lr", &T::lr, "Peak learning rate").above(0).at_most(10),
        opt("min_lr", &T::min_lr, "Learning rate at the end of the cosine decay").at_least(0).at_most(10),
@@ -30,8 +30,8 @@ const OptionTable<TrainOptions>& TrainOptions::table() {
            .at_least(0)
            .at_most(100),
        opt("momentum", &T::momentum, "SGD momentum").at_least(0).below(1),
-       opt("clip", &T::clip, "Clip the global gradient norm to this (0 = off)").at_least(0),
-       opt("eval_interval", &T::eval_interval, "Steps between evaluations and checkpoints").at_least(1),
+       opt("clip", &T::clip, "Clip the global gradient norm to this (0 = off)").at_least(0).at_most(1e9),
+       opt("eval_interval", &T::eval_interval, "Steps between evaluations and checkpoints").at_least(1).at_most(1e9),
        opt("eval_iters", &T::eval_iters, "Validation batches per evaluation").at_least(1).at_most(1e6),
        opt("final_eval_iters", &T::final_eval_iters, "Validation batches for the final evaluation").at_least(1).at_most(1e6),
        opt("seed", &T::seed, "Random seed (weights, data order, dropout)").at_least(0),

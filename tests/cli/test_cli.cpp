@@ -214,3 +214,29 @@ TEST_CASE("cli: replay writes every parameter, losses and grad_norms") {
   const gg::io::File w = gg::io::read_safetensors(golden("ref_basic.weights.safetensors"));
   CHECK(f.get_f32("tok_emb.weight") != w.get_f32("tok_emb.weight"));
 }
+
+TEST_CASE("cli: replay refuses to write non-finite parameters unless asked") {
+  TempDir dir;
+  const std::string out = dir.file("r.safetensors");
+  const Result r = run(replay_args(out) + " --optimizer sgd --lr 1e4");
+  check_refusal("replay --lr 1e4", r, {"non-finite", "--allow-nonfinite"});
+  CHECK_FALSE(fs::exists(out));
+  const Result forced = run(replay_args(out) + " --optimizer sgd --lr 1e4 --allow-nonfinite");
+  INFO(forced.err);
+  CHECK(forced.status == 0);
+  CHECK(fs::exists(out));
+}
+
+TEST_CASE("cli: train refuses out-of-range and mistyped numbers, naming the flag") {
+  struct Bad {
+    const char* args;
+    const char* names;
+  };
+  const Bad bads[] = {{"--steps 99999999999999999999", "--steps"}, {"--steps 0", "--steps"},
+                      {"--top-k 4294967297", "--top-k"},           {"--seed -1", "--seed"},
+                      {"--sample-tokens -5", "--sample-tokens"},   {"--weight-decay inf", "--weight-decay"},
+                      {"--layernorm-eps 1e300", "--layernorm-eps"}, {"--steps 2abc", "--steps"},
+                      {"--n-head 3", "n_embd"},                    {"--gelu relu", "--gelu"},
+                      {"--bias maybe", "--bias"}};
+  for (const Bad& b : bads) check_refusal(b.args, run(std::string("train --quiet ") + b.args), {b.names});
+}
