@@ -101,145 +101,182 @@ void restore_rngs(const std::string& text, const std::string& path, std::mt19937
     throw InputError(fmt::format("{}: the RNG state is damaged (expected two mt19937_64 states)", path));
 }
 
+// One call of fit(): its state and its phases.
+class Run {
+ public:
+  Run(Model& m, const DataSource& data, const TrainOptions& o, const RunInfo& info, std::FILE* out)
+      : m_(m), data_(data), o_(o), info_(info), out_(out), rng_(std::uint64_t(o.seed)), optim_(make_optimizer(o)),
+        ck_path_(o.out_dir + "/checkpoint.safetensors") {
+    res_.checkpoint = ck_path_;
+  }
+
+  // The first batch, drawn from a copy of the generator: declares the model, sizes its plan.
+  Batch first_batch() {
+    std::mt19937_64 probe = rng_;
+    return data_.train(probe);
+  }
+
+  // Parameters, optimizer state, generators and curves from the checkpoint; returns its step.
+  std::int64_t resume() {
+    Checkpoint ck = load_checkpoint(ck_path_);
+    if (ck.model_kind != m_.kind() || ck.model_options != m_.options_json())
+      throw InputError(fmt::format("{}: the checkpoint holds model '{}' {} but this run builds '{}' {}", ck_path_,
+                                   ck.model_kind, ck.model_options.substr(0, 120), m_.kind(),
+                                   m_.options_json().substr(0, 120)));
+    if (ck.optimizer != o_.optimizer)
+      throw InputError(fmt::format("{}: the checkpoint was trained with {}, not {}", ck_path_, ck.optimizer, o_.optimizer));
+    if (ck.step > o_.steps)
+      throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond --steps {}", ck_path_, ck.step, o_.steps));
+    load_params(m_.params(), ck.params, m_.param_table(), ck_path_);
+    optim_->load_state(ck.optim_state, ck.step, param_shapes(m_.params()));
+    restore_rngs(ck.rng_state, ck_path_, rng_, m_.rng());
+    TrainOptions saved;
+    read_json(ck.train_options, ck_path_ + " (train_options)", {bind(saved)});
+    if (saved.steps != o_.steps || saved.warmup != o_.warmup || saved.lr != o_.lr || saved.min_lr != o_.min_lr)
+      fmt::print(out_, "note: the learning-rate schedule changes on resume: the checkpoint's is steps {} warmup {} lr {} "
+                       "min_lr {}, this run's steps {} warmup {} lr {} min_lr {}\n",
+                 saved.steps, saved.warmup, saved.lr, saved.min_lr, o_.steps, o_.warmup, o_.lr, o_.min_lr);
+    if (!ck.curves.empty()) curves_ = ck.curves;
+    fmt::print(out_, "resuming {} at step {}\n", ck_path_, ck.step);
+    return ck.step;
+  }
+
+  void print_header(const Batch& first) {
+    std::int64_t n_params = 0;
+    for (const ParamInfo& p : m_.param_table()) n_params += numel(p.shape);
+    fmt::print(out_, "gradgraph fit: model '{}', {} parameters in {} tensors; {} steps with {} lr {}\n", m_.kind(),
+               n_params, m_.param_table().size(), o_.steps, o_.optimizer, o_.lr);
+    const Executor& plan = m_.plan_for(first, /*training=*/true);  // built now: its size is known up front
+    fmt::print(out_, "plan: {} steps, arena {:.1f} MiB (without reuse {:.1f} MiB)\n", plan.order().size(),
+               double(plan.arena_bytes()) / (1 << 20), double(plan.unshared_bytes()) / (1 << 20));
+    std::fflush(out_);  // before the progress bar (stderr) starts
+  }
+
+  // Optimizer step `step` (0-based): forward, backward, clip, update, curves.
+  void step(std::int64_t step) {
+    Batch b = data_.train(rng_);
+    const double loss = m_.forward_backward(b);
+    std::vector<ParamGrad> pg = m_.grads();
+    const double norm = std::isfinite(loss) ? clip_grad_norm(pg, o_.clip) : NAN;
+    if (!std::isfinite(loss) || !std::isfinite(norm)) diverged(step + 1, loss, norm);
+    optim_->step(pg, cosine_lr(step, o_.warmup, o_.steps, o_.lr, o_.min_lr));
+    items_ += batch_items(data_, b);
+    add_point("train", step + 1, loss);
+    add_point("grad_norm", step + 1, norm);
+    ema_ = std::isnan(ema_) ? loss : 0.9 * ema_ + 0.1 * loss;
+    res_.final_train_loss = loss;
+  }
+
+  // Validation loss over `iters` batches and the user's metrics, after `step` steps.
+  void evaluate(std::int64_t step, std::int64_t iters) {
+    res_.final_val_loss = evaluate_loss(m_, data_, iters);
+    if (data_.val) add_point("val", step, res_.final_val_loss);
+    res_.metrics = data_.metrics ? data_.metrics(m_) : std::vector<std::pair<std::string, double>>{};
+    for (auto& [name, v] : res_.metrics) add_point(name, step, v);
+  }
+
+  // "step   250: train loss 2.4355, val loss 2.4402, accuracy 0.9123"
+  std::string report_line(std::int64_t step) const {
+    std::string line = fmt::format("step {:>5}: train loss {:.4f}", step, ema_);
+    if (data_.val) line += fmt::format(", val loss {:.4f}", res_.final_val_loss);
+    for (auto& [name, v] : res_.metrics) line += fmt::format(", {} {:.4f}", name, v);
+    return line;
+  }
+
+  void save(std::int64_t step) {
+    save_checkpoint(ck_path_, Checkpoint{m_.kind(), m_.options_json(), m_.params().all(), o_.optimizer,
+                                         optim_->state(), step, TrainOptions::table().to_json(&o_),
+                                         rng_text(rng_, m_.rng()), curves_, info_.metadata});
+  }
+
+  FitResult finish(std::int64_t start, double seconds) {
+    res_.seconds = seconds;
+    res_.steps = o_.steps - start;
+    res_.items_per_sec = double(items_) / std::max(seconds, 1e-9);
+    evaluate(o_.steps, o_.final_eval_iters);
+    save(o_.steps);
+    write_curves(o_.out_dir, info_.title, curves_);
+    res_.curves = curves_;
+    fmt::print(out_, "trained {} steps in {:.1f} s ({:.0f} {}/s)\n", res_.steps, seconds, res_.items_per_sec,
+               data_.item_name);
+    fmt::print(out_, "wrote {}, {}/loss.csv, {}/loss.svg{}\n", ck_path_, o_.out_dir, o_.out_dir,
+               res_.metrics.empty() ? "" : fmt::format(", {}/metrics.csv, {}/metrics.svg", o_.out_dir, o_.out_dir));
+    if (data_.val) fmt::print(out_, "val loss {:.4f}\n", res_.final_val_loss);
+    for (auto& [name, v] : res_.metrics) fmt::print(out_, "{} {:.4f}\n", name, v);
+    std::fflush(out_);
+    return res_;
+  }
+
+  double ema() const { return ema_; }
+  std::int64_t items() const { return items_; }
+
+ private:
+  void add_point(const std::string& name, std::int64_t step, double y) {
+    Series* s = series(curves_, name);
+    s->x.push_back(double(step));
+    s->y.push_back(y);
+  }
+
+  // The loss or the gradient norm of step `step` (1-based) is not finite: the curves so far
+  // are written, the last checkpoint stays as it is.
+  [[noreturn]] void diverged(std::int64_t step, double loss, double norm) {
+    write_curves(o_.out_dir, info_.title, curves_);
+    const bool have_ck = std::filesystem::exists(ck_path_);
+    throw Diverged(fmt::format("training diverged at step {}: the {} is {}; {}", step,
+                               std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss,
+                               have_ck ? fmt::format("the last good checkpoint is kept in {}", ck_path_)
+                                       : std::string("no checkpoint was written before it")),
+                   step, curves_);
+  }
+
+  Model& m_;
+  const DataSource& data_;
+  const TrainOptions& o_;
+  const RunInfo& info_;
+  std::FILE* out_;
+  std::mt19937_64 rng_;  // the data generator
+  std::unique_ptr<Optimizer> optim_;
+  std::string ck_path_;
+  std::vector<Series> curves_{{"train", {}, {}}, {"grad_norm", {}, {}}};
+  FitResult res_;
+  std::int64_t items_ = 0;
+  double ema_ = NAN;  // of the training loss, for the progress line
+};
+
 }  // namespace
 
 FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const RunInfo& info, std::FILE* out) {
-  TrainOptions o = opts;
+  const TrainOptions o = opts;
   TrainOptions::table().validate(&o, "training options");
   if (!data.train) throw InputError("fit: the data source has no training batches");
-  std::mt19937_64 rng(std::uint64_t(o.seed));
-  Batch first;  // drawn from a copy of the generator: declares the model, sizes its plan
-  {
-    std::mt19937_64 probe = rng;
-    first = data.train(probe);
-  }
+  Run run(m, data, o, info, out);
+  const Batch first = run.first_batch();
   m.declare(first);
   std::filesystem::create_directories(o.out_dir);
-  const std::string ck_path = o.out_dir + "/checkpoint.safetensors";
-  std::unique_ptr<Optimizer> optim = make_optimizer(o);
-  std::vector<Series> curves{{"train", {}, {}}, {"grad_norm", {}, {}}};
-  std::int64_t start = 0;
-  if (o.resume) {
-    Checkpoint ck = load_checkpoint(ck_path);
-    if (ck.model_kind != m.kind() || ck.model_options != m.options_json())
-      throw InputError(fmt::format("{}: the checkpoint holds model '{}' {} but this run builds '{}' {}", ck_path,
-                                   ck.model_kind, ck.model_options.substr(0, 120), m.kind(),
-                                   m.options_json().substr(0, 120)));
-    if (ck.optimizer != o.optimizer)
-      throw InputError(fmt::format("{}: the checkpoint was trained with {}, not {}", ck_path, ck.optimizer, o.optimizer));
-    if (ck.step > o.steps)
-      throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond --steps {}", ck_path, ck.step, o.steps));
-    load_params(m.params(), ck.params, m.param_table(), ck_path);
-    optim->load_state(ck.optim_state, ck.step, param_shapes(m.params()));
-    restore_rngs(ck.rng_state, ck_path, rng, m.rng());
-    TrainOptions saved;
-    read_json(ck.train_options, ck_path + " (train_options)", {bind(saved)});
-    if (saved.steps != o.steps || saved.warmup != o.warmup || saved.lr != o.lr || saved.min_lr != o.min_lr)
-      fmt::print(out, "note: the learning-rate schedule changes on resume: the checkpoint's is steps {} warmup {} lr {} "
-                      "min_lr {}, this run's steps {} warmup {} lr {} min_lr {}\n",
-                 saved.steps, saved.warmup, saved.lr, saved.min_lr, o.steps, o.warmup, o.lr, o.min_lr);
-    if (!ck.curves.empty()) curves = ck.curves;
-    start = ck.step;
-    fmt::print(out, "resuming {} at step {}\n", ck_path, start);
-  } else {
-    m.rng().seed(std::uint64_t(o.seed) + 1);
-  }
+  const std::int64_t start = o.resume ? run.resume() : 0;
+  if (!o.resume) m.rng().seed(std::uint64_t(o.seed) + 1);
   m.init_params(std::uint64_t(o.seed));  // only parameters not loaded or set by the user
+  run.print_header(first);
 
-  std::int64_t n_params = 0;
-  for (const ParamInfo& p : m.param_table()) n_params += numel(p.shape);
-  fmt::print(out, "gradgraph fit: model '{}', {} parameters in {} tensors; {} steps with {} lr {}\n", m.kind(),
-             n_params, m.param_table().size(), o.steps, o.optimizer, o.lr);
-  {
-    const Executor& plan = m.plan_for(first, /*training=*/true);  // built now: its size is known up front
-    fmt::print(out, "plan: {} steps, arena {:.1f} MiB (without reuse {:.1f} MiB)\n", plan.order().size(),
-               double(plan.arena_bytes()) / (1 << 20), double(plan.unshared_bytes()) / (1 << 20));
-  }
-  std::fflush(out);  // before the progress bar (stderr) starts
-
-  auto save_at = [&](std::int64_t step) {
-    Checkpoint ck{m.kind(), m.options_json(), m.params().all(), o.optimizer, optim->state(), step,
-                  TrainOptions::table().to_json(&o), rng_text(rng, m.rng()), curves, info.metadata};
-    save_checkpoint(ck_path, ck);
-  };
-  auto evaluation = [&](std::int64_t step, std::int64_t iters, FitResult& res) {
-    res.final_val_loss = evaluate_loss(m, data, iters);
-    if (data.val) {
-      series(curves, "val")->x.push_back(double(step));
-      series(curves, "val")->y.push_back(res.final_val_loss);
-    }
-    res.metrics = data.metrics ? data.metrics(m) : std::vector<std::pair<std::string, double>>{};
-    for (auto& [name, v] : res.metrics) {
-      series(curves, name)->x.push_back(double(step));
-      series(curves, name)->y.push_back(v);
-    }
-  };
-  auto report = [&](std::int64_t step, const FitResult& res, double ema) {
-    std::string line = fmt::format("step {:>5}: train loss {:.4f}", step, ema);
-    if (data.val) line += fmt::format(", val loss {:.4f}", res.final_val_loss);
-    for (auto& [name, v] : res.metrics) line += fmt::format(", {} {:.4f}", name, v);
-    return line;
-  };
-
-  FitResult res;
-  res.checkpoint = ck_path;
   Progress progress(o.steps, o.quiet ? nullptr : stderr, data.item_name);
-  auto t0 = std::chrono::steady_clock::now();
-  std::int64_t items = 0;
-  double ema = NAN;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   for (std::int64_t step = start; step < o.steps; ++step) {
-    Batch b = data.train(rng);
-    const double loss = m.forward_backward(b);
-    std::vector<ParamGrad> pg = m.grads();
-    const double norm = std::isfinite(loss) ? clip_grad_norm(pg, o.clip) : NAN;
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
-      progress.finish();
-      write_curves(o.out_dir, info.title, curves);
-      const bool have_ck = std::filesystem::exists(ck_path);
-      throw Diverged(fmt::format("training diverged at step {}: the {} is {}; {}", step + 1,
-                                   std::isfinite(loss) ? "gradient norm" : "loss", std::isfinite(loss) ? norm : loss,
-                                   have_ck ? fmt::format("the last good checkpoint is kept in {}", ck_path)
-                                           : std::string("no checkpoint was written before it")),
-                     step + 1, curves);
-    }
-    optim->step(pg, cosine_lr(step, o.warmup, o.steps, o.lr, o.min_lr));
-    items += batch_items(data, b);
-    series(curves, "train")->x.push_back(double(step + 1));
-    series(curves, "train")->y.push_back(loss);
-    series(curves, "grad_norm")->x.push_back(double(step + 1));
-    series(curves, "grad_norm")->y.push_back(norm);
-    ema = std::isnan(ema) ? loss : 0.9 * ema + 0.1 * loss;
-    res.final_train_loss = loss;
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    progress.update(step + 1, ema, double(items) / std::max(secs, 1e-9));
+    run.step(step);  // a Diverged error ends the progress line (Progress's destructor) on its way out
+    progress.update(step + 1, run.ema(), double(run.items()) / std::max(seconds(), 1e-9));
     if ((step + 1) % o.eval_interval == 0 && step + 1 < o.steps) {
-      evaluation(step + 1, o.eval_iters, res);
-      const std::string line = report(step + 1, res, ema);
+      run.evaluate(step + 1, o.eval_iters);
       if (o.quiet) {
-        fmt::print(out, "{}\n", line);
+        fmt::print(out, "{}\n", run.report_line(step + 1));
         std::fflush(out);
       } else {
-        progress.message(line);
+        progress.message(run.report_line(step + 1));
       }
-      save_at(step + 1);
+      run.save(step + 1);
     }
   }
   progress.finish();
-  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  res.steps = o.steps - start;
-  res.items_per_sec = double(items) / std::max(res.seconds, 1e-9);
-  evaluation(o.steps, o.final_eval_iters, res);
-  save_at(o.steps);
-  write_curves(o.out_dir, info.title, curves);
-  res.curves = curves;
-  fmt::print(out, "trained {} steps in {:.1f} s ({:.0f} {}/s)\n", res.steps, res.seconds, res.items_per_sec,
-             data.item_name);
-  fmt::print(out, "wrote {}, {}/loss.csv, {}/loss.svg{}\n", ck_path, o.out_dir, o.out_dir,
-             res.metrics.empty() ? "" : fmt::format(", {}/metrics.csv, {}/metrics.svg", o.out_dir, o.out_dir));
-  if (data.val) fmt::print(out, "val loss {:.4f}\n", res.final_val_loss);
-  for (auto& [name, v] : res.metrics) fmt::print(out, "{} {:.4f}\n", name, v);
-  std::fflush(out);
-  return res;
+  return run.finish(start, seconds());
 }
 
 }  // namespace gg::train
