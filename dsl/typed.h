@@ -25,31 +25,6 @@ struct text {
   char s[120] = {};
 };
 
-// "<fmt>" with each "{}" replaced by the next number: say("differ ({} vs {})", 64, 48);
-// with `op`, "<op>: " comes first.
-constexpr text say(const char* fmt, std::int64_t a = 0, std::int64_t b = 0, std::int64_t c = 0, const char* op = nullptr) {
-  text t;
-  int n = 0, used = 0;
-  const std::int64_t args[3] = {a, b, c};
-  for (const char* p = op; p && *p && n < 60; ++p) t.s[n++] = *p;
-  if (op) t.s[n++] = ':', t.s[n++] = ' ';
-  for (const char* p = fmt; *p && n < 110; ++p) {
-    if (p[0] == '{' && p[1] == '}' && used < 3) {
-      std::int64_t v = args[used++];
-      if (v < 0) t.s[n++] = '-', v = -v;
-      char digits[20];
-      int k = 0;
-      do digits[k++] = char('0' + v % 10), v /= 10;
-      while (v);
-      while (k) t.s[n++] = digits[--k];
-      ++p;
-    } else {
-      t.s[n++] = *p;
-    }
-  }
-  return t;
-}
-
 // Never defined: declaring one is the compile error, and its name is the message.
 template <text Message>
 struct shape_error;
@@ -88,6 +63,31 @@ template <Dimension... D>
 class T;
 
 namespace detail {
+
+// "<fmt>" with each "{}" replaced by the next number: say("differ ({} vs {})", 64, 48);
+// with `op`, "<op>: " comes first.
+constexpr text say(const char* fmt, std::int64_t a = 0, std::int64_t b = 0, std::int64_t c = 0, const char* op = nullptr) {
+  text t;
+  int n = 0, used = 0;
+  const std::int64_t args[3] = {a, b, c};
+  for (const char* p = op; p && *p && n < 60; ++p) t.s[n++] = *p;
+  if (op) t.s[n++] = ':', t.s[n++] = ' ';
+  for (const char* p = fmt; *p && n < 110; ++p) {
+    if (p[0] == '{' && p[1] == '}' && used < 3) {
+      std::int64_t v = args[used++];
+      if (v < 0) t.s[n++] = '-', v = -v;
+      char digits[20];
+      int k = 0;
+      do digits[k++] = char('0' + v % 10), v /= 10;
+      while (v);
+      while (k) t.s[n++] = digits[--k];
+      ++p;
+    } else {
+      t.s[n++] = *p;
+    }
+  }
+  return t;
+}
 
 template <class... D>
 struct list {};
@@ -240,7 +240,7 @@ T<D...> input(Graph& g, const std::string& name, std::vector<std::int64_t> run_t
 template <Dimension... D>
 T<D...> param(Graph& g, const std::string& name, Init init = {}, Loc loc = Loc::current()) {
   if constexpr (!(is_static<D> && ...)) {
-    shape_error<say("param: every dimension of a parameter is a Dim<N>")> error;
+    shape_error<detail::say("param: every dimension of a parameter is a Dim<N>")> error;
   }
   return T<D...>(dsl::param(g, name, {size_of<D>()...}, init, loc), loc);
 }
@@ -252,7 +252,7 @@ template <text Op, class... A, class... B>
 auto elementwise(const T<A...>& a, const T<B...>& b) {
   using bc = broadcast<list<A...>, list<B...>>;
   if constexpr (bc::bad != 0) {
-    shape_error<say("dimensions differ ({} vs {})", bc::bad_a, bc::bad_b, 0, Op.s)> error;
+    shape_error<detail::say("dimensions differ ({} vs {})", bc::bad_a, bc::bad_b, 0, Op.s)> error;
   }
   return std::type_identity<as_t_t<typename bc::type>>{};
 }
@@ -328,17 +328,17 @@ template <class... A, class... B>
 auto matmul(const T<A...>& a, const T<B...>& b, Loc loc = Loc::current()) {
   constexpr std::size_t ra = sizeof...(A), rb = sizeof...(B);
   if constexpr (ra < 2 || rb < 2) {
-    shape_error<say("matmul: operands need rank 2 or more (got {} and {})", ra, rb)> error;
+    shape_error<detail::say("matmul: operands need rank 2 or more (got {} and {})", ra, rb)> error;
     return T<>(Expr{}, loc);
   } else {
     using K1 = detail::at<ra - 1, A...>;
     using K2 = detail::at<rb - 2, B...>;
     if constexpr (is_static<K1> && is_static<K2> && size_of<K1>() != size_of<K2>()) {
-      shape_error<say("matmul: inner dimensions differ ({} vs {})", size_of<K1>(), size_of<K2>())> error;
+      shape_error<detail::say("matmul: inner dimensions differ ({} vs {})", size_of<K1>(), size_of<K2>())> error;
     }
     using bc = detail::broadcast<typename detail::take<ra - 2, A...>::type, typename detail::take<rb - 2, B...>::type>;
     if constexpr (bc::bad != 0) {
-      shape_error<say("matmul: batch dimensions differ ({} vs {})", bc::bad_a, bc::bad_b)> error;
+      shape_error<detail::say("matmul: batch dimensions differ ({} vs {})", bc::bad_a, bc::bad_b)> error;
     }
     using R = typename detail::append<typename bc::type, detail::at<ra - 2, A...>, detail::at<rb - 1, B...>>::type;
     return detail::as_t_t<R>(dsl::matmul(a, b, false, false, loc), loc);
@@ -362,7 +362,7 @@ template <int A = -2, int B = -1, class... D>
 auto transpose(const T<D...>& x, Loc loc = Loc::current()) {
   constexpr int r = int(sizeof...(D)), a = detail::axis_of(A, r), b = detail::axis_of(B, r);
   if constexpr (a < 0 || a >= r || b < 0 || b >= r) {
-    shape_error<say("transpose: axes {} and {} for rank {}", A, B, r)> error;
+    shape_error<detail::say("transpose: axes {} and {} for rank {}", A, B, r)> error;
     return T<D...>(x);
   } else {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -386,10 +386,10 @@ auto permute(const T<D...>& x, Loc loc = Loc::current()) {
     return -1;
   }();
   if constexpr (bad == -2) {
-    shape_error<say("permute: {} axes for rank {}", sizeof...(P), r)> error;
+    shape_error<detail::say("permute: {} axes for rank {}", sizeof...(P), r)> error;
     return x;
   } else if constexpr (bad >= 0) {
-    shape_error<say("permute: entry {} is {}, not a new axis below rank {}", bad, perm[bad], r)> error;
+    shape_error<detail::say("permute: entry {} is {}, not a new axis below rank {}", bad, perm[bad], r)> error;
     return x;
   } else {
     return T<detail::at<std::size_t(P), D...>...>(dsl::permute(x, {P...}, loc), loc);
@@ -412,9 +412,9 @@ To reshape(const T<D...>& x, Loc loc = Loc::current()) {
     }();
     constexpr int runtime_from = (0 + ... + !is_static<D>), runtime_to = (0 + ... + !is_static<E>);
     if constexpr (unknown > 1) {
-      shape_error<say("reshape: {} run-time dimensions to infer, at most 1", unknown)> error;
+      shape_error<detail::say("reshape: {} run-time dimensions to infer, at most 1", unknown)> error;
     } else if constexpr (unknown == 0 && runtime_from == runtime_to && fixed_from != fixed_to) {
-      shape_error<say("reshape: element counts differ ({} vs {})", fixed_from, fixed_to)> error;
+      shape_error<detail::say("reshape: element counts differ ({} vs {})", fixed_from, fixed_to)> error;
     }
     Shape shape{[&] {
       if constexpr (is_static<E>) return size_of<E>();
@@ -430,7 +430,7 @@ template <std::int64_t H, class B, class S, class C>
 auto split_heads(const T<B, S, C>& x, Loc loc = Loc::current()) {
   if constexpr (is_static<C>) {
     if constexpr (size_of<C>() % H != 0) {
-      shape_error<say("split_heads: {} features do not split into {} heads", size_of<C>(), H)> error;
+      shape_error<detail::say("split_heads: {} features do not split into {} heads", size_of<C>(), H)> error;
     }
     return T<B, Dim<H>, S, Dim<(size_of<C>() / H > 0 ? size_of<C>() / H : 1)>>(dsl::split_heads(x, H, loc), loc);
   } else {
@@ -463,17 +463,17 @@ auto attention(const T<Q...>& q, const T<K...>& k, const T<V...>& v, const Atten
   using TK = detail::at<rk - 2, K...>;
   using TV = detail::at<rv - 2, V...>;
   if constexpr (is_static<HQ> && is_static<HK> && size_of<HQ>() != size_of<HK>()) {
-    shape_error<say("attention: query and key sizes differ ({} vs {})", size_of<HQ>(), size_of<HK>())> error;
+    shape_error<detail::say("attention: query and key sizes differ ({} vs {})", size_of<HQ>(), size_of<HK>())> error;
   }
   if constexpr (is_static<TK> && is_static<TV> && size_of<TK>() != size_of<TV>()) {
-    shape_error<say("attention: keys and values differ in length ({} vs {})", size_of<TK>(), size_of<TV>())> error;
+    shape_error<detail::say("attention: keys and values differ in length ({} vs {})", size_of<TK>(), size_of<TV>())> error;
   }
   using qk = detail::broadcast<typename detail::take<rq - 2, Q...>::type, typename detail::take<rk - 2, K...>::type>;
   using bc = detail::broadcast<typename qk::type, typename detail::take<rv - 2, V...>::type>;
   if constexpr (qk::bad != 0) {
-    shape_error<say("attention: batch dimensions of query and key differ ({} vs {})", qk::bad_a, qk::bad_b)> error;
+    shape_error<detail::say("attention: batch dimensions of query and key differ ({} vs {})", qk::bad_a, qk::bad_b)> error;
   } else if constexpr (bc::bad != 0) {
-    shape_error<say("attention: batch dimensions of value differ ({} vs {})", bc::bad_a, bc::bad_b)> error;
+    shape_error<detail::say("attention: batch dimensions of value differ ({} vs {})", bc::bad_a, bc::bad_b)> error;
   }
   using TQ = detail::at<rq - 2, Q...>;
   using HV = detail::at<rv - 1, V...>;
@@ -490,7 +490,7 @@ auto multi_head_attention(const T<B, S, C>& x, const std::string& name, bool bia
                           const AttentionOptions& opt = {}, std::optional<Init> proj_init = {},
                           Loc loc = Loc::current()) {
   if constexpr (is_static<C> && size_of<C>() % H != 0) {
-    shape_error<say("multi_head_attention: {} features do not split into {} heads", size_of<C>(), H)> error;
+    shape_error<detail::say("multi_head_attention: {} features do not split into {} heads", size_of<C>(), H)> error;
   }
   AttentionResult r = dsl::multi_head_attention(x, H, name, bias, opt, proj_init, loc);
   return Attention<T<B, S, C>, T<B, Dim<H>, S, S>>{T<B, S, C>(r.out, loc), T<B, Dim<H>, S, S>(r.weights, loc)};
@@ -502,7 +502,7 @@ template <std::int64_t H, class B, class S, class C>
 T<B, S, C> transformer_block(const T<B, S, C>& x, const std::string& name, BlockOptions opt = {},
                              Loc loc = Loc::current()) {
   if constexpr (is_static<C> && size_of<C>() % H != 0) {
-    shape_error<say("transformer_block: {} features do not split into {} heads", size_of<C>(), H)> error;
+    shape_error<detail::say("transformer_block: {} features do not split into {} heads", size_of<C>(), H)> error;
   }
   opt.n_head = H;
   return T<B, S, C>(dsl::transformer_block(x, name, opt, loc), loc);
@@ -521,7 +521,7 @@ template <class... D, class... E>
 T<> cross_entropy(const T<D...>& logits, const T<E...>& targets, int ignore_index = -1,
                   Loc loc = Loc::current()) {
   if constexpr (sizeof...(D) != sizeof...(E) + 1) {
-    shape_error<say("cross_entropy: logits of rank {} need targets of rank {}", sizeof...(D), sizeof...(D) - 1)> error;
+    shape_error<detail::say("cross_entropy: logits of rank {} need targets of rank {}", sizeof...(D), sizeof...(D) - 1)> error;
   }
   return T<>(dsl::cross_entropy(logits, targets, ignore_index, loc), loc);
 }
