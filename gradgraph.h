@@ -23,6 +23,7 @@
 #include "dsl/expr.h"
 #include "dsl/nn.h"
 #include "dsl/transformer.h"
+#include "dsl/typed.h"
 
 // io: safetensors
 #include "io/safetensors.h"

@@ -1,0 +1,529 @@
+// Compile-time dimensions over the DSL: a typed handle T<Batch, Seq, Dim<64>> is an Expr
+// whose rank and fixed dimensions are part of its type. Two fixed dimensions that disagree
+// are a compile error whose first line names the op and both numbers:
+//   error: 'gg::shape_error<gg::text{"matmul: inner dimensions differ (64 vs 48)"}> error' has incomplete type
+// Dimensions known only at run time (Batch, Seq, or your own tag) keep the build-time
+// check of the untyped DSL. Every typed op calls the untyped one (dsl/nn.h), so the graph
+// is the same node for node (same ops, names, shapes, lines): autodiff, the trainer and the
+// inspector see no difference. Not here: anything with a kernel or a gradient rule.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "nn.h"
+
+namespace gg {
+
+// The message of a compile-time shape error, carried in a type's name (g++ prints it).
+struct text {
+  char s[120] = {};
+};
+
+// Never defined: declaring one is the compile error, and its name is the message.
+template <text Message>
+struct shape_error;
+
+}  // namespace gg
+
+namespace gg::dsl::typed {
+
+// A dimension fixed at compile time.
+template <std::int64_t N>
+struct Dim {
+  static_assert(N > 0, "Dim<N>: a dimension is at least 1");
+  static constexpr std::int64_t size = N;
+};
+
+// A dimension known only at run time: tag types derive from RunTime (struct Vocab : RunTime {}).
+// Equal tags name the same size; reshape uses that to carry a run-time size across.
+struct RunTime {};
+struct Batch : RunTime {};
+struct Seq : RunTime {};
+struct Any : RunTime {};  // a run-time size of no particular name (e.g. after mixing Batch and Seq)
+
+template <class D>
+constexpr bool is_static = requires { D::size; };
+template <class D>
+concept Dimension = is_static<D> || std::is_base_of_v<RunTime, D>;
+
+// The size of D, or -1 when it is known only at run time.
+template <class D>
+constexpr std::int64_t size_of() {
+  if constexpr (is_static<D>) return D::size;
+  else return -1;
+}
+
+template <Dimension... D>
+class T;
+
+namespace detail {
+
+// "<fmt>" with each "{}" replaced by the next number: say("differ ({} vs {})", 64, 48);
+// with `op`, "<op>: " comes first.
+constexpr text say(const char* fmt, std::int64_t a = 0, std::int64_t b = 0, std::int64_t c = 0, const char* op = nullptr) {
+  text t;
+  int n = 0, used = 0;
+  const std::int64_t args[3] = {a, b, c};
+  for (const char* p = op; p && *p && n < 60; ++p) t.s[n++] = *p;
+  if (op) t.s[n++] = ':', t.s[n++] = ' ';
+  for (const char* p = fmt; *p && n < 110; ++p) {
+    if (p[0] == '{' && p[1] == '}' && used < 3) {
+      std::int64_t v = args[used++];
+      if (v < 0) t.s[n++] = '-', v = -v;
+      char digits[20];
+      int k = 0;
+      do digits[k++] = char('0' + v % 10), v /= 10;
+      while (v);
+      while (k) t.s[n++] = digits[--k];
+      ++p;
+    } else {
+      t.s[n++] = *p;
+    }
+  }
+  return t;
+}
+
+template <class... D>
+struct list {};
+
+// The I-th type of D...
+template <std::size_t I, class... D>
+using at = std::tuple_element_t<I, std::tuple<D...>>;
+
+// list<D...> -> T<D...>
+template <class L>
+struct as_t;
+template <class... D>
+struct as_t<list<D...>> {
+  using type = T<D...>;
+};
+template <class L>
+using as_t_t = typename as_t<L>::type;
+
+// list<D..., X...>
+template <class L, class... X>
+struct append;
+template <class... D, class... X>
+struct append<list<D...>, X...> {
+  using type = list<D..., X...>;
+};
+
+// The first N of D..., as a list.
+template <std::size_t N, class... D>
+struct take {
+  template <std::size_t... I>
+  static auto pick(std::index_sequence<I...>) -> list<at<I, D...>...>;
+  using type = decltype(pick(std::make_index_sequence<N>{}));
+};
+
+// list<D...> with Dim<1> in front until it has N entries (numpy's alignment from the right).
+template <std::size_t N, class L, class = void>
+struct pad;
+template <std::size_t N, class... D>
+struct pad<N, list<D...>, std::enable_if_t<(sizeof...(D) >= N)>> {
+  using type = list<D...>;
+};
+template <std::size_t N, class... D>
+struct pad<N, list<D...>, std::enable_if_t<(sizeof...(D) < N)>> {
+  using type = typename pad<N, list<Dim<1>, D...>>::type;
+};
+
+// One dimension of a broadcast: equal, or one of them 1. A fixed size other than 1 wins over
+// a run-time one (which must then be 1 or equal, checked when the graph is built).
+template <class A, class B>
+struct broadcast_dim {
+  static constexpr std::int64_t a = size_of<A>(), b = size_of<B>();
+  static constexpr bool ok = a < 0 || b < 0 || a == b || a == 1 || b == 1;
+  using type = std::conditional_t<
+      (a > 0 && b > 0), std::conditional_t<a == 1, B, A>,
+      std::conditional_t<(a > 1), A,
+                         std::conditional_t<(b > 1), B,
+                                            std::conditional_t<a == 1, B,
+                                                               std::conditional_t<b == 1 || std::is_same_v<A, B>, A, Any>>>>>;
+};
+
+template <class LA, class LB>
+struct broadcast;
+template <class... A, class... B>
+struct broadcast<list<A...>, list<B...>> {
+  static constexpr std::size_t n = sizeof...(A) > sizeof...(B) ? sizeof...(A) : sizeof...(B);
+  template <class PA, class PB>
+  struct zip;
+  template <class... X, class... Y>
+  struct zip<list<X...>, list<Y...>> {
+    using type = list<typename broadcast_dim<X, Y>::type...>;
+    static constexpr bool ok[] = {true, broadcast_dim<X, Y>::ok...};
+    static constexpr std::int64_t xs[] = {0, size_of<X>()...}, ys[] = {0, size_of<Y>()...};
+  };
+  using z = zip<typename pad<n, list<A...>>::type, typename pad<n, list<B...>>::type>;
+  using type = typename z::type;
+  // The first pair that does not broadcast (1-based, 0 = none) and its sizes.
+  static constexpr std::size_t bad = [] {
+    for (std::size_t i = 1; i <= n; ++i)
+      if (!z::ok[i]) return i;
+    return std::size_t(0);
+  }();
+  static constexpr std::int64_t bad_a = z::xs[bad], bad_b = z::ys[bad];
+};
+
+// The product of two dimensions: fixed when both are.
+template <class A, class B>
+using product_dim = std::conditional_t<is_static<A> && is_static<B>, Dim<(size_of<A>() * size_of<B>() > 0 ? size_of<A>() * size_of<B>() : 1)>, Any>;
+
+constexpr int axis_of(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
+
+// The index of the first dimension of type D in Ds..., or -1.
+template <class D, class... Ds>
+constexpr int find_dim() {
+  constexpr bool same[] = {false, std::is_same_v<D, Ds>...};
+  for (int i = 1; i <= int(sizeof...(Ds)); ++i)
+    if (same[i]) return i - 1;
+  return -1;
+}
+
+// Where two operators' operands were made: the later line of the same file (an operator
+// cannot take a source location, so its nodes are attributed to the nearer operand's line).
+Loc later(Loc a, Loc b);
+
+// Throws GraphError unless x has rank sizes.size() and each fixed size (>= 0) matches.
+void check_dims(const char* what, Expr x, const std::int64_t* sizes, std::size_t rank, Loc loc);
+
+}  // namespace detail
+
+// A handle to a graph node whose rank and fixed dimensions are in its type. Cheap to copy;
+// converts to Expr implicitly, and from Expr explicitly with a run-time check.
+template <Dimension... D>
+class T {
+ public:
+  static constexpr int rank = int(sizeof...(D));
+  static constexpr std::int64_t sizes[sizeof...(D) + 1] = {size_of<D>()..., 0};  // -1: run-time
+
+  // Throws GraphError (naming `loc`) unless x has this rank and these fixed dimensions.
+  explicit T(Expr x, Loc loc = Loc::current()) : e_(x), loc_(loc) {
+    detail::check_dims("T", x, sizes, sizeof...(D), loc);
+  }
+  operator Expr() const { return e_; }
+  Expr expr() const { return e_; }
+  Graph& graph() const { return (void)e_.node(), *e_.g; }  // throws GraphError if empty
+  std::int64_t dim(int axis) const { return e_.dim(axis); }
+  const Shape& shape() const { return e_.shape(); }
+  const std::string& name() const { return e_.name(); }
+  Loc loc() const { return loc_; }  // the line that made this handle
+
+ private:
+  Expr e_;
+  Loc loc_;
+};
+
+// --- Leaves -----------------------------------------------------------------------------
+
+// An input of this type; `run_time` gives the run-time dimensions in order. x: (D...)
+template <Dimension... D>
+T<D...> input(Graph& g, const std::string& name, std::vector<std::int64_t> run_time = {}, DType dtype = DType::f32,
+              Loc loc = Loc::current()) {
+  Shape shape;
+  std::size_t next = 0;
+  ((shape.push_back(is_static<D> ? size_of<D>() : next < run_time.size() ? run_time[next++] : -1)), ...);
+  if (next != run_time.size() || std::find(shape.begin(), shape.end(), -1) != shape.end())
+    fail_at_call(g, "typed::input", loc,
+                 "give one size for each run-time dimension of '" + name + "', in order");
+  return T<D...>(dsl::input(g, name, shape, dtype, loc), loc);
+}
+
+// A parameter with fixed dimensions only. w: (D...)
+template <Dimension... D>
+T<D...> param(Graph& g, const std::string& name, Init init = {}, Loc loc = Loc::current()) {
+  if constexpr (!(is_static<D> && ...)) {
+    shape_error<detail::say("param: every dimension of a parameter is a Dim<N>")> error;
+  }
+  return T<D...>(dsl::param(g, name, {size_of<D>()...}, init, loc), loc);
+}
+
+// --- Element-wise, with broadcasting ------------------------------------------------------
+
+namespace detail {
+template <text Op, class... A, class... B>
+auto elementwise(const T<A...>& a, const T<B...>& b) {
+  using bc = broadcast<list<A...>, list<B...>>;
+  if constexpr (bc::bad != 0) {
+    shape_error<detail::say("dimensions differ ({} vs {})", bc::bad_a, bc::bad_b, 0, Op.s)> error;
+  }
+  return std::type_identity<as_t_t<typename bc::type>>{};
+}
+}  // namespace detail
+
+#define GG_TYPED_BINARY(OP, NAME)                                                                         \
+  template <class... A, class... B>                                                                     \
+  auto operator OP(const T<A...>& a, const T<B...>& b) {                                               \
+    using R = typename decltype(detail::elementwise<text{NAME}>(a, b))::type;    \
+    const Loc loc = detail::later(a.loc(), b.loc());                                                    \
+    return R(Expr(a) OP Operand(Expr(b), loc), loc);                                                    \
+  }                                                                                                     \
+  template <class... A>                                                                                 \
+  T<A...> operator OP(const T<A...>& a, float b) {                                                     \
+    return T<A...>(Expr(a) OP Operand(b, a.loc()), a.loc());                                           \
+  }                                                                                                     \
+  template <class... A>                                                                                 \
+  T<A...> operator OP(float a, const T<A...>& b) {                                                     \
+    return T<A...>(a OP Operand(Expr(b), b.loc()), b.loc());                                           \
+  }
+GG_TYPED_BINARY(+, "operator+")
+GG_TYPED_BINARY(-, "operator-")
+GG_TYPED_BINARY(*, "operator*")
+GG_TYPED_BINARY(/, "operator/")
+#undef GG_TYPED_BINARY
+
+template <class... A>
+T<A...> operator-(const T<A...>& a) {
+  return T<A...>(-Operand(Expr(a), a.loc()), a.loc());
+}
+
+// Unary element-wise ops and the shape-preserving composites: x: (D...) -> (D...).
+template <class... D>
+T<D...> exp(const T<D...>& x, Loc loc = Loc::current()) { return T<D...>(dsl::exp(x, loc), loc); }
+template <class... D>
+T<D...> log(const T<D...>& x, Loc loc = Loc::current()) { return T<D...>(dsl::log(x, loc), loc); }
+template <class... D>
+T<D...> sqrt(const T<D...>& x, Loc loc = Loc::current()) { return T<D...>(dsl::sqrt(x, loc), loc); }
+template <class... D>
+T<D...> tanh(const T<D...>& x, Loc loc = Loc::current()) { return T<D...>(dsl::tanh(x, loc), loc); }
+template <class... D>
+T<D...> gelu(const T<D...>& x, GeluKind kind = GeluKind::erf, Loc loc = Loc::current()) {
+  return T<D...>(dsl::gelu(x, kind, loc), loc);
+}
+template <class... D>
+T<D...> dropout(const T<D...>& x, float p, bool training, Loc loc = Loc::current()) {
+  return T<D...>(dsl::dropout(x, p, training, loc), loc);
+}
+// Softmax over the last axis (the max trick). x: (..., N) -> (..., N)
+template <class... D>
+T<D...> softmax(const T<D...>& x, Loc loc = Loc::current()) { return T<D...>(dsl::softmax(x, -1, loc), loc); }
+template <class... D>
+T<D...> log_softmax(const T<D...>& x, Loc loc = Loc::current()) {
+  return T<D...>(dsl::log_softmax(x, -1, loc), loc);
+}
+// Over the last axis, params "<name>.weight" and "<name>.bias". x: (..., C) -> (..., C)
+template <class... D>
+T<D...> layer_norm(const T<D...>& x, const std::string& name, float eps = 1e-5f, bool bias = true,
+                   Loc loc = Loc::current()) {
+  return T<D...>(dsl::layer_norm(x, name, eps, bias, loc), loc);
+}
+
+// To a scalar T<>.
+template <class... D>
+T<> mean_all(const T<D...>& x, Loc loc = Loc::current()) { return T<>(dsl::mean_all(x, loc), loc); }
+template <class... D>
+T<> sum_all(const T<D...>& x, Loc loc = Loc::current()) { return T<>(dsl::sum_all(x, loc), loc); }
+
+// --- Linear algebra ------------------------------------------------------------------------
+
+// Batched matmul: (batch_a..., M, K) @ (batch_b..., K, N) -> (broadcast batch..., M, N).
+template <class... A, class... B>
+auto matmul(const T<A...>& a, const T<B...>& b, Loc loc = Loc::current()) {
+  constexpr std::size_t ra = sizeof...(A), rb = sizeof...(B);
+  if constexpr (ra < 2 || rb < 2) {
+    shape_error<detail::say("matmul: operands need rank 2 or more (got {} and {})", ra, rb)> error;
+    return T<>(Expr{}, loc);
+  } else {
+    using K1 = detail::at<ra - 1, A...>;
+    using K2 = detail::at<rb - 2, B...>;
+    if constexpr (is_static<K1> && is_static<K2> && size_of<K1>() != size_of<K2>()) {
+      shape_error<detail::say("matmul: inner dimensions differ ({} vs {})", size_of<K1>(), size_of<K2>())> error;
+    }
+    using bc = detail::broadcast<typename detail::take<ra - 2, A...>::type, typename detail::take<rb - 2, B...>::type>;
+    if constexpr (bc::bad != 0) {
+      shape_error<detail::say("matmul: batch dimensions differ ({} vs {})", bc::bad_a, bc::bad_b)> error;
+    }
+    using R = typename detail::append<typename bc::type, detail::at<ra - 2, A...>, detail::at<rb - 1, B...>>::type;
+    return detail::as_t_t<R>(dsl::matmul(a, b, false, false, loc), loc);
+  }
+}
+
+// y = x @ W^T + b with W: (Out, In), b: (Out), named "<name>.weight", "<name>.bias".
+// x: (..., In) -> (..., Out)
+template <std::int64_t Out, class... D>
+auto linear(const T<D...>& x, const std::string& name, bool bias = true, std::optional<Init> w_init = {},
+            Loc loc = Loc::current()) {
+  static_assert(sizeof...(D) >= 1, "linear: x needs rank 1 or more");
+  using R = typename detail::append<typename detail::take<sizeof...(D) - 1, D...>::type, Dim<Out>>::type;
+  return detail::as_t_t<R>(dsl::linear(x, Out, name, bias, w_init, loc), loc);
+}
+
+// --- Movement --------------------------------------------------------------------------------
+
+// Axes A and B swapped (negative counts from the end). x: (..., M, N) -> (..., N, M) by default.
+template <int A = -2, int B = -1, class... D>
+auto transpose(const T<D...>& x, Loc loc = Loc::current()) {
+  constexpr int r = int(sizeof...(D)), a = detail::axis_of(A, r), b = detail::axis_of(B, r);
+  if constexpr (a < 0 || a >= r || b < 0 || b >= r) {
+    shape_error<detail::say("transpose: axes {} and {} for rank {}", A, B, r)> error;
+    return T<D...>(x);
+  } else {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return T<detail::at<(int(I) == a ? b : int(I) == b ? a : int(I)), D...>...>(dsl::transpose(x, A, B, loc), loc);
+    }(std::make_index_sequence<sizeof...(D)>{});
+  }
+}
+
+// Axis i of the result is axis P[i] of x. x: (D...) -> (D[P]...)
+template <int... P, class... D>
+auto permute(const T<D...>& x, Loc loc = Loc::current()) {
+  constexpr int r = int(sizeof...(D));
+  constexpr int perm[] = {P..., 0};
+  constexpr int bad = [&] {
+    if (int(sizeof...(P)) != r) return -2;
+    bool seen[sizeof...(P) + 1] = {};
+    for (int i = 0; i < r; ++i) {
+      if (perm[i] < 0 || perm[i] >= r || seen[perm[i]]) return i;
+      seen[perm[i]] = true;
+    }
+    return -1;
+  }();
+  if constexpr (bad == -2) {
+    shape_error<detail::say("permute: {} axes for rank {}", sizeof...(P), r)> error;
+    return x;
+  } else if constexpr (bad >= 0) {
+    shape_error<detail::say("permute: entry {} is {}, not a new axis below rank {}", bad, perm[bad], r)> error;
+    return x;
+  } else {
+    return T<detail::at<std::size_t(P), D...>...>(dsl::permute(x, {P...}, loc), loc);
+  }
+}
+
+// x viewed as To = T<E...>. Fixed sizes come from the type; a run-time dimension of To takes
+// the size of the same tag in x (at most one other is inferred). When both have the same
+// run-time tags, the fixed sizes must multiply to the same count (else a compile error).
+template <class To, class... D>
+To reshape(const T<D...>& x, Loc loc = Loc::current()) {
+  return [&]<class... E>(std::type_identity<T<E...>>) {
+    constexpr std::int64_t fixed_from = (std::int64_t(1) * ... * (is_static<D> ? size_of<D>() : 1));
+    constexpr std::int64_t fixed_to = (std::int64_t(1) * ... * (is_static<E> ? size_of<E>() : 1));
+    constexpr int found[] = {0, (is_static<E> ? 0 : detail::find_dim<E, D...>() >= 0 ? 1 : -1)...};
+    constexpr int unknown = [&] {
+      int n = 0;
+      for (int f : found) n += f < 0;
+      return n;
+    }();
+    constexpr int runtime_from = (0 + ... + !is_static<D>), runtime_to = (0 + ... + !is_static<E>);
+    if constexpr (unknown > 1) {
+      shape_error<detail::say("reshape: {} run-time dimensions to infer, at most 1", unknown)> error;
+    } else if constexpr (unknown == 0 && runtime_from == runtime_to && fixed_from != fixed_to) {
+      shape_error<detail::say("reshape: element counts differ ({} vs {})", fixed_from, fixed_to)> error;
+    }
+    Shape shape{[&] {
+      if constexpr (is_static<E>) return size_of<E>();
+      else if constexpr (detail::find_dim<E, D...>() >= 0) return x.dim(detail::find_dim<E, D...>());
+      else return std::int64_t(-1);
+    }()...};
+    return To(dsl::reshape(x, std::move(shape), loc), loc);
+  }(std::type_identity<To>{});
+}
+
+// Heads of a projected sequence: (B, S, C) -> (B, H, S, C/H); C must divide by H.
+template <std::int64_t H, class B, class S, class C>
+auto split_heads(const T<B, S, C>& x, Loc loc = Loc::current()) {
+  if constexpr (is_static<C>) {
+    if constexpr (size_of<C>() % H != 0) {
+      shape_error<detail::say("split_heads: {} features do not split into {} heads", size_of<C>(), H)> error;
+    }
+    return T<B, Dim<H>, S, Dim<(size_of<C>() / H > 0 ? size_of<C>() / H : 1)>>(dsl::split_heads(x, H, loc), loc);
+  } else {
+    return T<B, Dim<H>, S, Any>(dsl::split_heads(x, H, loc), loc);
+  }
+}
+// Its inverse: (B, H, S, hs) -> (B, S, H hs).
+template <class B, class H, class S, class HS>
+auto merge_heads(const T<B, H, S, HS>& x, Loc loc = Loc::current()) {
+  return T<B, S, detail::product_dim<H, HS>>(dsl::merge_heads(x, loc), loc);
+}
+
+// --- Attention ---------------------------------------------------------------------------------
+
+template <class Out, class Weights>
+struct Attention {
+  Out out;          // (..., Tq, hv)
+  Weights weights;  // (..., Tq, Tk), rows sum to 1
+};
+
+// softmax(q k^T * hs^-0.5 [masked]) [dropout] @ v, as dsl::attention (the mask in opt stays
+// untyped). q: (..., Tq, hs), k: (..., Tk, hs), v: (..., Tk, hv) -> out (..., Tq, hv), weights (..., Tq, Tk)
+template <class... Q, class... K, class... V>
+auto attention(const T<Q...>& q, const T<K...>& k, const T<V...>& v, const AttentionOptions& opt = {},
+               Loc loc = Loc::current()) {
+  constexpr std::size_t rq = sizeof...(Q), rk = sizeof...(K), rv = sizeof...(V);
+  static_assert(rq >= 2 && rk >= 2 && rv >= 2, "attention: q, k and v need rank 2 or more");
+  using HQ = detail::at<rq - 1, Q...>;
+  using HK = detail::at<rk - 1, K...>;
+  using TK = detail::at<rk - 2, K...>;
+  using TV = detail::at<rv - 2, V...>;
+  if constexpr (is_static<HQ> && is_static<HK> && size_of<HQ>() != size_of<HK>()) {
+    shape_error<detail::say("attention: query and key sizes differ ({} vs {})", size_of<HQ>(), size_of<HK>())> error;
+  }
+  if constexpr (is_static<TK> && is_static<TV> && size_of<TK>() != size_of<TV>()) {
+    shape_error<detail::say("attention: keys and values differ in length ({} vs {})", size_of<TK>(), size_of<TV>())> error;
+  }
+  using qk = detail::broadcast<typename detail::take<rq - 2, Q...>::type, typename detail::take<rk - 2, K...>::type>;
+  using bc = detail::broadcast<typename qk::type, typename detail::take<rv - 2, V...>::type>;
+  if constexpr (qk::bad != 0) {
+    shape_error<detail::say("attention: batch dimensions of query and key differ ({} vs {})", qk::bad_a, qk::bad_b)> error;
+  } else if constexpr (bc::bad != 0) {
+    shape_error<detail::say("attention: batch dimensions of value differ ({} vs {})", bc::bad_a, bc::bad_b)> error;
+  }
+  using TQ = detail::at<rq - 2, Q...>;
+  using HV = detail::at<rv - 1, V...>;
+  return [&]<class... X>(detail::list<X...>) {
+    AttentionResult r = dsl::attention(q, k, v, opt, loc);
+    return Attention<T<X..., TQ, HV>, T<X..., TQ, TK>>{T<X..., TQ, HV>(r.out, loc), T<X..., TQ, TK>(r.weights, loc)};
+  }(typename bc::type{});
+}
+
+// Multi-head self-attention as dsl::multi_head_attention with H heads (C must divide by H):
+// x: (B, S, C) -> out (B, S, C), weights (B, H, S, S).
+template <std::int64_t H, class B, class S, class C>
+auto multi_head_attention(const T<B, S, C>& x, const std::string& name, bool bias = true,
+                          const AttentionOptions& opt = {}, std::optional<Init> proj_init = {},
+                          Loc loc = Loc::current()) {
+  if constexpr (is_static<C> && size_of<C>() % H != 0) {
+    shape_error<detail::say("multi_head_attention: {} features do not split into {} heads", size_of<C>(), H)> error;
+  }
+  AttentionResult r = dsl::multi_head_attention(x, H, name, bias, opt, proj_init, loc);
+  return Attention<T<B, S, C>, T<B, Dim<H>, S, S>>{T<B, S, C>(r.out, loc), T<B, Dim<H>, S, S>(r.weights, loc)};
+}
+
+// The pre-LN block of dsl::transformer_block with H heads (opt.n_head is set to H):
+// x: (B, S, C) -> (B, S, C), C divisible by H.
+template <std::int64_t H, class B, class S, class C>
+T<B, S, C> transformer_block(const T<B, S, C>& x, const std::string& name, BlockOptions opt = {},
+                             Loc loc = Loc::current()) {
+  if constexpr (is_static<C> && size_of<C>() % H != 0) {
+    shape_error<detail::say("transformer_block: {} features do not split into {} heads", size_of<C>(), H)> error;
+  }
+  opt.n_head = H;
+  return T<B, S, C>(dsl::transformer_block(x, name, opt, loc), loc);
+}
+
+// --- Embeddings and losses ---------------------------------------------------------------------
+
+// Table "<name>.weight" (Num, Out); ids: (D...) i32 -> (D..., Out).
+template <std::int64_t Num, std::int64_t Out, class... D>
+T<D..., Dim<Out>> embedding(const T<D...>& ids, const std::string& name, Loc loc = Loc::current()) {
+  return T<D..., Dim<Out>>(dsl::embedding(ids, Num, Out, name, loc), loc);
+}
+
+// Mean cross-entropy of logits (D..., V) against i32 targets (D...) -> scalar.
+template <class... D, class... E>
+T<> cross_entropy(const T<D...>& logits, const T<E...>& targets, int ignore_index = -1,
+                  Loc loc = Loc::current()) {
+  if constexpr (sizeof...(D) != sizeof...(E) + 1) {
+    shape_error<detail::say("cross_entropy: logits of rank {} need targets of rank {}", sizeof...(D), sizeof...(D) - 1)> error;
+  }
+  return T<>(dsl::cross_entropy(logits, targets, ignore_index, loc), loc);
+}
+
+}  // namespace gg::dsl::typed

@@ -1,0 +1,190 @@
+// Tests for dsl/typed.h: typed and untyped declarations of the same model give the same
+// graph (to_text equal but for line numbers), the result types of each typed op (checked
+// at compile time, so this file compiling is the "must compile" half; tests/typed_fail/
+// holds the "must not compile" half), the run-time check when an Expr becomes a typed
+// handle, and run-time dimensions keeping the build-time check at the user's line.
+#include <doctest/doctest.h>
+
+#include <regex>
+#include <string>
+#include <type_traits>
+
+#include "dsl/typed.h"
+
+namespace {
+
+using namespace gg;
+using namespace gg::dsl;
+namespace ty = gg::dsl::typed;
+using ty::Batch;
+using ty::Dim;
+using ty::Seq;
+using ty::T;
+
+// to_text without the line numbers (the typed and untyped lines differ by construction);
+// the file names stay, so a node recorded at typed.h instead of this file shows up.
+std::string listing(Expr root) {
+  return std::regex_replace(to_text(*root.g, {root.id}), std::regex(R"(:\d+\n)"), "\n");
+}
+
+// --- Result types (compile time) ---------------------------------------------------------
+
+using X = T<Batch, Seq, Dim<64>>;
+
+static_assert(std::is_same_v<decltype(ty::matmul(std::declval<X>(), std::declval<T<Dim<64>, Dim<48>>>())),
+                             T<Batch, Seq, Dim<48>>>);
+// Batch dims broadcast: (H, M, K) @ (B, 1, K, N) -> (B, H, M, N).
+static_assert(std::is_same_v<decltype(ty::matmul(std::declval<T<Dim<4>, Seq, Dim<16>>>(),
+                                                 std::declval<T<Batch, Dim<1>, Dim<16>, Seq>>())),
+                             T<Batch, Dim<4>, Seq, Seq>>);
+// Element-wise: a fixed size beats a run-time one, Dim<1> broadcasts, the shorter operand is
+// aligned from the right, two different run-time tags give Any.
+static_assert(std::is_same_v<decltype(std::declval<X>() + std::declval<T<Dim<64>>>()), X>);
+static_assert(std::is_same_v<decltype(std::declval<T<Batch, Dim<1>, Dim<64>>>() * std::declval<T<Seq, Dim<1>>>()),
+                             X>);
+static_assert(std::is_same_v<decltype(std::declval<T<Batch, Seq>>() - std::declval<T<Dim<1>, Dim<5>>>()),
+                             T<Batch, Dim<5>>>);
+static_assert(std::is_same_v<decltype(std::declval<T<Batch>>() / std::declval<T<Seq>>()), T<ty::Any>>);
+static_assert(std::is_same_v<decltype(ty::linear<256>(std::declval<X>(), "fc")), T<Batch, Seq, Dim<256>>>);
+static_assert(std::is_same_v<decltype(ty::split_heads<4>(std::declval<X>())), T<Batch, Dim<4>, Seq, Dim<16>>>);
+static_assert(std::is_same_v<decltype(ty::merge_heads(std::declval<T<Batch, Dim<4>, Seq, Dim<16>>>())), X>);
+static_assert(std::is_same_v<decltype(ty::transpose(std::declval<X>())), T<Batch, Dim<64>, Seq>>);
+static_assert(std::is_same_v<decltype(ty::transpose<0, 1>(std::declval<X>())), T<Seq, Batch, Dim<64>>>);
+static_assert(std::is_same_v<decltype(ty::permute<0, 2, 1, 3>(std::declval<T<Batch, Seq, Dim<4>, Dim<16>>>())),
+                             T<Batch, Dim<4>, Seq, Dim<16>>>);
+static_assert(std::is_same_v<decltype(ty::attention(std::declval<T<Batch, Dim<4>, Seq, Dim<16>>>(),
+                                                    std::declval<T<Batch, Dim<4>, Seq, Dim<16>>>(),
+                                                    std::declval<T<Batch, Dim<4>, Seq, Dim<8>>>())
+                                          .weights),
+                             T<Batch, Dim<4>, Seq, Seq>>);
+static_assert(std::is_same_v<decltype(ty::multi_head_attention<4>(std::declval<X>(), "attn").out), X>);
+static_assert(std::is_same_v<decltype(ty::transformer_block<4>(std::declval<X>(), "blk")), X>);
+static_assert(std::is_same_v<decltype(ty::embedding<100, 64>(std::declval<T<Batch, Seq>>(), "tok")), X>);
+
+// --- Same graph as the untyped DSL ---------------------------------------------------------
+
+TEST_CASE("a typed MLP builds the same graph as the untyped one") {
+  Graph g1, g2;
+  Expr x1 = input(g1, "x", {5, 3});
+  Expr y1 = input(g1, "y", {5, 1});
+  Expr pred1 = linear(tanh(linear(x1, 8, "fc1")), 1, "fc2");
+  Expr loss1 = mean_all((pred1 - y1) * (pred1 - y1));
+
+  auto x2 = ty::input<Batch, Dim<3>>(g2, "x", {5});
+  auto y2 = ty::input<Batch, Dim<1>>(g2, "y", {5});
+  T<Batch, Dim<1>> pred2 = ty::linear<1>(ty::tanh(ty::linear<8>(x2, "fc1")), "fc2");
+  T<> loss2 = ty::mean_all((pred2 - y2) * (pred2 - y2));
+
+  CHECK(listing(loss2) == listing(loss1));
+  CHECK(listing(loss2).find("typed.h") == std::string::npos);  // every node at the user's line
+  CHECK(listing(loss2).find("test_typed.cpp") != std::string::npos);
+}
+
+TEST_CASE("typed transformer_block equals the untyped one, masks and gradients included") {
+  Graph g1, g2;
+  BlockOptions opt;
+  opt.n_head = 4;
+  Expr x1 = input(g1, "x", {2, 5, 64});
+  opt.attn.mask = causal_mask(g1, 5);
+  Expr out1 = transformer_block(x1, "blk", opt);
+  Expr loss1 = mean_all(out1 * out1);
+  std::vector<Expr> grads1 = grad(loss1, params(g1));
+
+  auto x2 = ty::input<Batch, Seq, Dim<64>>(g2, "x", {2, 5});
+  BlockOptions opt2;
+  opt2.attn.mask = causal_mask(g2, 5);
+  T<Batch, Seq, Dim<64>> out2 = ty::transformer_block<4>(x2, "blk", opt2);
+  T<> loss2 = ty::mean_all(out2 * out2);
+  std::vector<Expr> grads2 = grad(loss2, params(g2));
+
+  CHECK(listing(loss2) == listing(loss1));
+  REQUIRE(grads1.size() == grads2.size());
+  CHECK(listing(grads2.front()) == listing(grads1.front()));
+}
+
+TEST_CASE("heads split by typed reshape and permute equal split_heads and merge_heads") {
+  Graph g1, g2;
+  Expr x1 = input(g1, "x", {2, 5, 64});
+  Expr h1 = split_heads(linear(x1, 64, "query"), 4);                            // (B, 4, S, 16)
+  Expr out1 = merge_heads(attention(h1, h1, h1).out);                           // (B, S, 64)
+
+  auto x2 = ty::input<Batch, Seq, Dim<64>>(g2, "x", {2, 5});
+  auto q = ty::linear<64>(x2, "query");                                        // (B, S, 64)
+  auto h2 = ty::permute<0, 2, 1, 3>(ty::reshape<T<Batch, Seq, Dim<4>, Dim<16>>>(q));  // (B, 4, S, 16)
+  auto a = ty::attention(h2, h2, h2).out;                                       // (B, 4, S, 16)
+  auto out2 = ty::reshape<T<Batch, Seq, Dim<64>>>(ty::permute<0, 2, 1, 3>(a));  // (B, S, 64)
+
+  CHECK(listing(out2) == listing(out1));
+  CHECK(out2.shape() == Shape{2, 5, 64});
+  // The typed split_heads / merge_heads give the same again.
+  Graph g3;
+  auto x3 = ty::input<Batch, Seq, Dim<64>>(g3, "x", {2, 5});
+  auto h3 = ty::split_heads<4>(ty::linear<64>(x3, "query"));
+  T<Batch, Seq, Dim<64>> out3 = ty::merge_heads(ty::attention(h3, h3, h3).out);
+  CHECK(listing(out3) == listing(out1));
+}
+
+TEST_CASE("matmul, broadcasting, layer_norm and softmax match the untyped DSL") {
+  Graph g1, g2;
+  Expr x1 = input(g1, "x", {3, 7, 64});
+  Expr w1 = param(g1, "w", {64, 48});
+  Expr b1 = param(g1, "b", {48});
+  Expr y1 = softmax(layer_norm(matmul(x1, w1) + b1, "ln")) * 2.f - 1.f;
+  Expr s1 = transpose(y1) / 3.f;
+
+  auto x2 = ty::input<Batch, Seq, Dim<64>>(g2, "x", {3, 7});
+  auto w2 = ty::param<Dim<64>, Dim<48>>(g2, "w");
+  auto b2 = ty::param<Dim<48>>(g2, "b");
+  T<Batch, Seq, Dim<48>> y2 = ty::softmax(ty::layer_norm(ty::matmul(x2, w2) + b2, "ln")) * 2.f - 1.f;
+  T<Batch, Dim<48>, Seq> s2 = ty::transpose(y2) / 3.f;
+  CHECK(listing(s2) == listing(s1));
+}
+
+// --- Expr to typed handle, and run-time dimensions ---------------------------------------------
+
+TEST_CASE("an Expr becomes a typed handle only if its rank and fixed dims agree") {
+  Graph g;
+  Expr x = input(g, "x", {4, 16, 64});
+  T<Batch, Seq, Dim<64>> ok(x);
+  CHECK(ok.shape() == Shape{4, 16, 64});
+  CHECK(Expr(ok).id == x.id);
+  try {
+    T<Batch, Seq, Dim<48>> bad(x);
+    FAIL("no error");
+  } catch (const GraphError& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(m.find("test_typed.cpp:") != std::string::npos);
+    CHECK(m.find("'x'") != std::string::npos);
+    CHECK(m.find("(4, 16, 64)") != std::string::npos);
+    CHECK(m.find("dim 2 is 64, not 48") != std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS((T<Batch, Dim<64>>(x)), doctest::Contains("rank 3, not 2"), GraphError);
+  CHECK_THROWS_AS((T<Batch, Dim<64>>(Expr{})), GraphError);
+  CHECK_THROWS_WITH_AS((ty::input<Batch, Seq, Dim<64>>(g, "y", {4})), doctest::Contains("run-time dimension"),
+                       GraphError);
+}
+
+TEST_CASE("run-time dimensions keep the build-time check, at the user's line") {
+  Graph g;
+  auto a = ty::input<Batch, Dim<8>>(g, "a", {2});
+  auto b = ty::input<Batch, Dim<8>>(g, "b", {3});
+  try {
+    (void)(a + b);
+    FAIL("no error");
+  } catch (const GraphError& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(m.find("test_typed.cpp:") != std::string::npos);
+    CHECK(m.find("typed.h") == std::string::npos);
+  }
+  // A run-time inner dimension: matmul checks it when the graph is built.
+  auto u = ty::input<Batch, Seq>(g, "u", {2, 5});
+  auto w = ty::param<Dim<6>, Dim<3>>(g, "w");
+  CHECK_THROWS_WITH_AS(ty::matmul(u, w), doctest::Contains("test_typed.cpp:"), GraphError);
+  // split_heads of a run-time width: checked at build time too.
+  auto v = ty::input<Batch, Seq, ty::Any>(g, "v", {2, 5, 10});
+  CHECK_THROWS_WITH_AS(ty::split_heads<4>(v), doctest::Contains("divisible"), GraphError);
+}
+
+}  // namespace

@@ -1,0 +1,21 @@
+// Must not compile with GG_TYPED_FAIL (first error: the line below), must compile without.
+// expect: matmul: inner dimensions differ (64 vs 48)
+#include "dsl/typed.h"
+
+using namespace gg;
+namespace ty = gg::dsl::typed;
+using ty::Batch;
+using ty::Dim;
+using ty::Seq;
+using ty::T;
+
+void model(Graph& g) {
+  auto x = ty::input<Batch, Seq, Dim<64>>(g, "x", {4, 16});  // x: (B, S, 64)
+#ifdef GG_TYPED_FAIL
+  auto w = ty::param<Dim<48>, Dim<192>>(g, "w");  // 48 where 64 was meant
+#else
+  auto w = ty::param<Dim<64>, Dim<192>>(g, "w");
+#endif
+  auto y = ty::matmul(x, w);  // (B, S, 192)
+  (void)y;
+}
