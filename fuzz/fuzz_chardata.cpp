@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "train/config.h"
+#include "train/input_error.h"
 #include "train/data.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

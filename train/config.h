@@ -7,15 +7,9 @@
 #include <string>
 
 #include "dsl/gpt.h"
+#include "train/input_error.h"  // InputError
 
 namespace gg::train {
-
-// The one error type for bad user input to training (config, data, weights, options):
-// what() is one line naming the thing and the problem.
-class InputError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // Parses a config JSON text; `source` names it in errors ("model.json: key 'n_head': ...").
 dsl::GptConfig parse_config(const std::string& json_text, const std::string& source);

@@ -8,7 +8,7 @@
 
 #include "io/message.h"
 #include "io/read_file.h"
-#include "train/config.h"
+#include "train/input_error.h"
 
 namespace gg::train {
 
