@@ -25,7 +25,10 @@
 #include "dsl/transformer.h"
 #include "dsl/typed.h"
 
-// io: safetensors
+// io: safetensors, capped reads of outside files, message helpers
+#include "io/error.h"
+#include "io/message.h"
+#include "io/read_file.h"
 #include "io/safetensors.h"
 
 // train: any model on the generic trainer: option tables, checkpoints, data, reports

@@ -16,7 +16,11 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <functional>
 #include <nlohmann/json.hpp>
+
+#include "io/json.h"
+#include "io/message.h"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; this reader copies bytes as they are");
@@ -28,29 +32,20 @@ namespace {
 // HF's reader refuses headers above 100 MB; so do we (a header that big is not a header).
 constexpr std::uint64_t max_header_bytes = 100'000'000;
 
-// A name as it appears in messages: 'name', with control characters and quotes escaped
-// so that the message stays on one line.
-std::string quote_name(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f || c == '\'' || c == '\\')
-      out += fmt::format("\\x{:02x}", u);
-    else
-      out += c;
-  }
-  out += "'";
-  return out;
-}
+// A name as it appears in messages: 'name', cut to 80 bytes, with control characters and
+// quotes escaped so that the message stays on one line.
+std::string quote_name(std::string_view s) { return in_quotes(s); }
 
+// "[2, 3]"; a shape of more than 8 dimensions shows the first 8 and the count.
 std::string shape_str(const std::vector<std::int64_t>& shape) {
   std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  for (std::size_t i = 0; i < shape.size() && i < 8; ++i) out += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  if (shape.size() > 8) out += fmt::format(", ... ({} dims)", with_commas(shape.size()));
   return out + "]";
 }
 
-// Where a message comes from: the path, or "<memory>" for a File never read.
-std::string where(const std::string& path) { return path.empty() ? "<memory>" : path; }
+// Where a message comes from: the path (cut), or "<memory>" for a File never read.
+std::string where(const std::string& path) { return path.empty() ? "<memory>" : cut(path, 200); }
 
 // a * b, or false on uint64 overflow.
 bool mul_ok(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
@@ -366,19 +361,20 @@ std::vector<std::int32_t> File::get_i32(std::string_view name) const {
   return to_i32_in(at(name), fmt::format("{}: tensor {}", where(path), quote_name(name)));
 }
 
-File read_safetensors(const std::string& path) {
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) throw Error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw Error(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{}: not a regular file", path));
-  auto file_size = static_cast<std::uint64_t>(st.st_size);
+namespace {
+
+// Reads exactly `size` bytes at `offset` of the source; false when they are not there.
+using ReadAt = std::function<bool(void* buf, std::size_t size, std::uint64_t offset)>;
+
+// The reader proper, over any byte source of `file_size` bytes. `path` is File::path;
+// messages name where(path).
+File read_from(const ReadAt& read_at, std::uint64_t file_size, const std::string& path_in) {
+  const std::string path = where(path_in);
   if (file_size < 8)
     throw Error(fmt::format("{}: file is {} bytes, too short for the 8-byte header length", path, file_size));
 
   unsigned char len_bytes[8];
-  if (!pread_all(f.fd, len_bytes, 8, 0)) throw Error(fmt::format("{}: cannot read the header length", path));
+  if (!read_at(len_bytes, 8, 0)) throw Error(fmt::format("{}: cannot read the header length", path));
   std::uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len_bytes[i];
   if (n > file_size - 8)
@@ -390,53 +386,21 @@ File read_safetensors(const std::string& path) {
   std::uint64_t data_size = file_size - data_start;
 
   std::string header(static_cast<std::size_t>(n), '\0');
-  if (n > 0 && !pread_all(f.fd, header.data(), header.size(), 8))
+  if (n > 0 && !read_at(header.data(), header.size(), 8))
     throw Error(fmt::format("{}: cannot read the {}-byte header", path, n));
   if (std::size_t bad = find_bad_utf8(header); bad != std::string_view::npos)
     throw Error(fmt::format("{}: header is not valid UTF-8 (byte 0x{:02x} at header offset {})", path,
                             static_cast<unsigned char>(header[bad]), bad));
 
-  // Parse, refusing duplicate keys (nlohmann would keep the last) and needless nesting
-  // (a safetensors header is at most 3 deep: object, entry, shape array).
-  std::vector<std::set<std::string>> keys;  // keys[d]: keys seen in the open object at depth d
-  std::string dup_error;
-  bool too_deep = false;
-  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (event == E::object_start || event == E::array_start) {
-      if (depth >= 3) {
-        too_deep = true;
-        return false;  // discarded: nothing deeper is built
-      }
-      if (event == E::object_start) {
-        keys.resize(static_cast<std::size_t>(depth) + 1);
-        keys[static_cast<std::size_t>(depth)].clear();
-      }
-    } else if (event == E::key && depth >= 1 && depth <= static_cast<int>(keys.size())) {
-      const auto& k = parsed.get_ref<const std::string&>();
-      if (!keys[static_cast<std::size_t>(depth) - 1].insert(k).second && dup_error.empty())
-        dup_error = depth == 1 ? fmt::format("duplicate tensor name {}", quote_name(k))
-                               : fmt::format("duplicate key {} inside an object", quote_name(k));
-    }
-    return true;
-  };
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(header, callback);
-  } catch (const nlohmann::json::exception& e) {
-    std::string what = e.what();
-    if (auto p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
-      what = what.substr(p + 2);
-    std::replace(what.begin(), what.end(), '\n', ' ');
-    throw Error(fmt::format("{}: header is not valid JSON: {}", path, what));
-  }
-  if (!dup_error.empty()) throw Error(fmt::format("{}: header has a {}", path, dup_error));
+  // Strict JSON: no duplicate keys (nlohmann alone would keep the last), no NUL or BOM
+  // (the reference implementation refuses both; JSON whitespace as padding is fine), and
+  // no needless nesting (a header is at most 3 deep: object, entry, shape array).
+  const nlohmann::json j = parse_json_strict(header, path + ": header", 3);
   if (!j.is_object())
     throw Error(fmt::format("{}: header is {}, expected a JSON object", path, json_kind(j)));
-  if (too_deep) throw Error(fmt::format("{}: header nests deeper than a safetensors header can", path));
 
   File file;
-  file.path = path;
+  file.path = path_in;
   std::vector<Slot> slots;
   for (const auto& [name, value] : j.items()) {
     if (name == "__metadata__") {
@@ -470,12 +434,38 @@ File read_safetensors(const std::string& path) {
     e.dtype = s.dtype;
     e.shape = std::move(s.shape);
     e.data.resize(static_cast<std::size_t>(s.end - s.begin));  // bounded by the file size
-    if (!e.data.empty() && !pread_all(f.fd, e.data.data(), e.data.size(), data_start + s.begin))
+    if (!e.data.empty() && !read_at(e.data.data(), e.data.size(), data_start + s.begin))
       throw Error(fmt::format("{}: tensor {}: cannot read bytes [{}, {}] of the data block (file changed?)",
                               path, quote_name(s.name), s.begin, s.end));
     file.tensors.emplace_back(std::move(s.name), std::move(e));
   }
   return file;
+}
+
+}  // namespace
+
+File read_safetensors(const std::string& path) {
+  const std::string name = where(path);
+  Fd f;
+  // O_NONBLOCK: a FIFO without a writer must not block the open (it is refused below).
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (f.fd < 0) throw Error(fmt::format("{}: cannot open: {}", name, std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw Error(fmt::format("{}: cannot stat: {}", name, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode)) throw Error(fmt::format("{}: not a regular file", name));
+  int flags = ::fcntl(f.fd, F_GETFL);
+  if (flags >= 0) ::fcntl(f.fd, F_SETFL, flags & ~O_NONBLOCK);
+  auto read_at = [&](void* buf, std::size_t size, std::uint64_t offset) { return pread_all(f.fd, buf, size, offset); };
+  return read_from(read_at, static_cast<std::uint64_t>(st.st_size), path);
+}
+
+File parse_safetensors(std::string_view bytes, const std::string& name) {
+  auto read_at = [&](void* buf, std::size_t size, std::uint64_t offset) {
+    if (offset > bytes.size() || size > bytes.size() - offset) return false;
+    if (size > 0) std::memcpy(buf, bytes.data() + offset, size);
+    return true;
+  };
+  return read_from(read_at, bytes.size(), name);
 }
 
 void write_safetensors(const std::string& path, const File& file) {

@@ -8,20 +8,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-namespace gg::io {
+#include "error.h"
 
-// The one error type of this library; what() is one line naming the file (or tensor)
-// and the problem, e.g. "w.safetensors: tensor 'x': unknown dtype 'BF16' (...)".
-class Error : public std::runtime_error {
-public:
-  using std::runtime_error::runtime_error;
-};
+namespace gg::io {
 
 // The element types this project reads and writes. I64 is accepted for token tensors.
 enum class DType { f32, i32, i64 };
@@ -85,7 +79,12 @@ struct File {
 // no two tensors overlapping, no duplicate names, and __metadata__ (if present) a
 // string -> string map. Gaps between tensors are allowed. Throws Error otherwise.
 // The header length is checked against the file size before anything is allocated.
+// Refuses a path that is not a regular file (a FIFO without writer does not block).
 File read_safetensors(const std::string& path);
+
+// The same reader over the bytes of a whole file held in memory (for fuzzing and for
+// callers that already hold the bytes); `name` becomes File::path and names it in messages.
+File parse_safetensors(std::string_view bytes, const std::string& name);
 
 // Writes `file` to path + ".tmp", fsyncs it and renames it over `path` (atomic: a reader
 // sees the old file or the new one). The header is compact JSON with __metadata__ first

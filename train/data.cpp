@@ -5,19 +5,29 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
-#include <sstream>
 
+#include "io/message.h"
+#include "io/read_file.h"
 #include "train/error.h"
 
 namespace gg::train {
 
 CharData CharData::load(const std::string& path, std::int64_t block_size, double train_fraction) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw InputError(fmt::format("{}: cannot open the training text", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
+  std::string text;
+  try {
+    text = io::read_file(path, max_text_bytes, "training text");
+  } catch (const io::Error& e) {
+    throw InputError(e.what());
+  }
+  return from_text(text, path, block_size, train_fraction);
+}
+
+CharData CharData::from_text(const std::string& text, const std::string& path_in, std::int64_t block_size,
+                             double train_fraction) {
+  const std::string path = io::cut(path_in, 200);
+  if (block_size < 0) throw InputError(fmt::format("{}: block_size {} is negative", path, block_size));
+  if (!(train_fraction > 0 && train_fraction < 1))
+    throw InputError(fmt::format("{}: train_fraction {} is not between 0 and 1", path, train_fraction));
   if (text.empty()) throw InputError(fmt::format("{}: the training text is empty", path));
   CharData d;
   d.size = std::int64_t(text.size());

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -272,7 +273,7 @@ TEST_CASE("safetensors: header text") {
   CHECK(header_error("[1, 2]") == "header is array, expected a JSON object");
   CHECK(header_error("\"text\"") == "header is string, expected a JSON object");
   CHECK(header_error(R"({"x":{"dtype":"F32","shape":[[[[1]]]],"data_offsets":[0,4]}})") ==
-        "header nests deeper than a safetensors header can");
+        "header nests deeper than 3 levels");
   // Valid UTF-8 in names and metadata is fine, and so is trailing padding.
   std::string p = bad_file("utf8.safetensors",
                            "{\"__metadata__\":{\"k\xc3\xa9\":\"\xe2\x82\xac\"},"
@@ -293,7 +294,7 @@ TEST_CASE("safetensors: entry keys") {
         "tensor 'x': unexpected key 'extra' (an entry holds exactly dtype, shape and data_offsets)");
   CHECK(header_error(R"({"x":{"dtype":"F32","dtype":"F32","shape":[2,3],"data_offsets":[0,24]}})") ==
         "header has a duplicate key 'dtype' inside an object");
-  CHECK(header_error("{" + x_ok + "," + x_ok + "}", 48) == "header has a duplicate tensor name 'x'");
+  CHECK(header_error("{" + x_ok + "," + x_ok + "}", 48) == "header has a duplicate key 'x'");
   // A name with a control character stays on one line in the message.
   CHECK(header_error(R"({"a\nb":3})") ==
         "tensor 'a\\x0ab': entry is number, expected an object with dtype, shape and data_offsets");
@@ -468,4 +469,111 @@ TEST_CASE("safetensors: building and writing refuse inconsistent tensors") {
   CHECK_THROWS_WITH_AS(write_safetensors(nowhere, f),
                        (nowhere + ": cannot create " + nowhere + ".tmp: No such file or directory").c_str(),
                        Error);
+}
+
+// ---- Reliability (issue 8): what a hostile file must not get through or break. ----
+
+namespace {
+
+// The message parse_safetensors(bytes) throws, or "no error".
+std::string bytes_error(const std::string& bytes) {
+  try {
+    gg::io::parse_safetensors(bytes, "mem.safetensors");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+}  // namespace
+
+TEST_CASE("safetensors: a NUL or a byte order mark around the header is refused, JSON whitespace is not") {
+  const std::string h = "{" + x_ok + "}";
+  // nlohmann stops at a NUL and skips a BOM; the reference implementation refuses both.
+  CHECK(header_error(h + std::string(1, '\0') + "more bytes") ==
+        fmt::format("header is not valid JSON: a NUL byte at offset {}", h.size()));
+  CHECK(header_error(h + std::string(7, '\0')) == fmt::format("header is not valid JSON: a NUL byte at offset {}", h.size()));
+  CHECK(header_error("\xef\xbb\xbf" + h) == "header starts with a UTF-8 byte order mark, which JSON does not allow");
+  // serde_json (the reference) allows JSON whitespace before and after the value.
+  CHECK(header_error(" \n" + h + " \t\r\n  ") == "no error");
+}
+
+TEST_CASE("safetensors: parse_safetensors reads the same bytes as read_safetensors") {
+  File f;
+  f.add_f32("w", {2, 2}, {1, 2, 3, 4});
+  f.add_i32("t", {3}, {7, 8, 9});
+  f.metadata["k"] = "v";
+  const std::string p = tmp_path("mem.safetensors");
+  write_safetensors(p, f);
+  const File a = read_safetensors(p);
+  const File b = gg::io::parse_safetensors(read_bytes(p), "copy");
+  CHECK(b.path == "copy");
+  CHECK(b.metadata == a.metadata);
+  REQUIRE(b.tensors.size() == 2);
+  CHECK(b.get_f32("w") == a.get_f32("w"));
+  CHECK(b.get_i32("t") == a.get_i32("t"));
+  CHECK(bytes_error("short") == "mem.safetensors: file is 5 bytes, too short for the 8-byte header length");
+  CHECK(bytes_error(le64(100) + "{}") == "mem.safetensors: header length 100 exceeds the 2 bytes that follow it");
+}
+
+TEST_CASE("safetensors: a header of 100,000 tiny entries is parsed, and a duplicate among them refused") {
+  // Each entry is a zero-size tensor. Before the fix this took minutes (quadratic callback).
+  std::string h = "{";
+  for (int i = 0; i < 100'000; ++i)
+    h += fmt::format("{}\"t{}\":{{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", i ? "," : "", i);
+  const File f = gg::io::parse_safetensors(crafted(h + "}", 0), "many");
+  CHECK(f.tensors.size() == 100'000);
+  CHECK(f.find("t99999") != nullptr);
+  const std::string dup = h + R"(,"t5":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})";
+  CHECK(bytes_error(crafted(dup, 0)) == "mem.safetensors: header has a duplicate key 't5'");
+}
+
+TEST_CASE("safetensors: nesting 100,000 deep is refused without a stack overflow") {
+  CHECK(bytes_error(crafted(std::string(100'000, '['), 0)) == "mem.safetensors: header nests deeper than 3 levels");
+  const std::string deep = R"({"__metadata__":{"a":)" + std::string(100'000, '[') + std::string(100'000, ']') + "}}";
+  CHECK(bytes_error(crafted(deep, 0)) == "mem.safetensors: header nests deeper than 3 levels");
+}
+
+TEST_CASE("safetensors: messages stay short when the file holds huge values") {
+  const std::string long_name(200'000, 'n');
+  SUBCASE("a 200 KB tensor name") {
+    const std::string msg = bytes_error(crafted("{\"" + long_name + "\":3}", 0));
+    INFO(msg.substr(0, 400));
+    CHECK(msg.size() < 300);
+    CHECK(msg.find("... (200,000 bytes)") != std::string::npos);
+    CHECK(msg.find("entry is number") != std::string::npos);
+  }
+  SUBCASE("a 200 KB dtype") {
+    const std::string msg =
+        bytes_error(crafted(R"({"x":{"dtype":")" + long_name + R"(","shape":[1],"data_offsets":[0,4]}})", 4));
+    CHECK(msg.size() < 300);
+    CHECK(msg.find("is not supported") != std::string::npos);
+  }
+  SUBCASE("a shape of 100,000 dimensions") {
+    std::string shape = "[";
+    for (int i = 0; i < 100'000; ++i) shape += i ? ",1" : "1";
+    const std::string msg =
+        bytes_error(crafted(R"({"x":{"dtype":"F32","shape":)" + shape + R"(],"data_offsets":[0,8]}})", 8));
+    INFO(msg);
+    CHECK(msg.size() < 300);
+    CHECK(msg.find("... (100,000 dims)]") != std::string::npos);
+  }
+  SUBCASE("a syntax error inside a 200 KB string") {
+    const std::string msg = bytes_error(crafted("{\"x\":\"" + long_name + "\x01\"}", 0));
+    INFO(msg.substr(0, 400));
+    CHECK(msg.size() < 300);
+    CHECK(msg.find("is not valid JSON") != std::string::npos);
+  }
+  SUBCASE("a 200 KB path") {
+    const std::string msg = error_of(std::string(200'000, 'p'));
+    CHECK(msg.size() < 300);
+  }
+}
+
+TEST_CASE("safetensors: a FIFO without a writer is refused at once") {
+  const std::string p = tmp_path("fifo.safetensors");
+  fs::remove(p);
+  REQUIRE(::mkfifo(p.c_str(), 0600) == 0);
+  CHECK(error_of(p) == p + ": not a regular file");
+  fs::remove(p);
 }

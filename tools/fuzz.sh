@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets in fuzz/ with clang (in build-fuzz/, apart from the main
+# build) and runs each for SECONDS (argument, else $GG_FUZZ_SECONDS, else 60), starting
+# from the committed seeds in fuzz/corpus/<target>/. Fails (non-zero) on a crash, a leak,
+# a timeout (10 s per input) or an allocation over 512 MB; the failing input is kept as
+# build-fuzz/artifacts/<target>/crash-* (add it to fuzz/corpus/<target>/ once fixed).
+# Needs clang++ and libFuzzer (tools/install-deps.sh installs them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-${GG_FUZZ_SECONDS:-60}}
+build=${GG_FUZZ_BUILD_DIR:-build-fuzz}
+targets=(${GG_FUZZ_TARGETS:-safetensors json chardata})
+cxx=${GG_FUZZ_CXX:-clang++}
+
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S fuzz -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" >/dev/null
+cmake --build "$build"
+
+status=0
+for t in "${targets[@]}"; do
+  work="$build/corpus/$t"       # new inputs go here, the committed seeds stay as they are
+  art="$build/artifacts/$t/"
+  mkdir -p "$work" "$art"
+  log="$build/fuzz_$t.log"
+  echo "== fuzz_$t: ${secs} s"
+  if "$build/fuzz_$t" "$work" "fuzz/corpus/$t" -dict=fuzz/json.dict -max_total_time="$secs" \
+       -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 -print_final_stats=1 \
+       -artifact_prefix="$art" >"$log" 2>&1; then
+    # The last status line: executions, coverage, corpus; and the executions per second.
+    grep -E '^#[0-9]+' "$log" | tail -1
+    grep -E 'stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' "$log" | tr '\n' ' '; echo
+  else
+    status=1
+    echo "fuzz_$t FAILED (log: $log); last lines:"
+    tail -40 "$log"
+  fi
+done
+exit $status
