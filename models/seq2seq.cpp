@@ -181,16 +181,20 @@ GreedyDecoder::GreedyDecoder(const Seq2SeqConfig& c, ParamStore& params, std::in
     Expr src = input(g, "src", {B, s.Ts}, DType::i32);
     Expr src_mask = padding_mask_from_ids(src, seq_pad);  // (B, 1, Ts)
     Expr x = embed(token, c.tgt_vocab, D, "tgt_embed", gather(positional_encoding(g, L, D), pos, 0));  // (B, 1, D)
-    std::vector<Expr> new_kv;
+    std::vector<Expr> new_kv, cache_kv, mem_kv;  // inputs are declared outside the scopes (names unprefixed)
+    for (std::int64_t i = 0; i < c.dec_layers; ++i) {
+      const std::string li = std::to_string(i);
+      cache_kv.push_back(input(g, "cache_k." + li, {B, H, L, hs}));
+      cache_kv.push_back(input(g, "cache_v." + li, {B, H, L, hs}));
+      mem_kv.push_back(input(g, "mem_k." + li, {B, H, s.Ts, hs}));
+      mem_kv.push_back(input(g, "mem_v." + li, {B, H, s.Ts, hs}));
+    }
     {
       Scope dec(g, "dec");
       for (std::int64_t i = 0; i < c.dec_layers; ++i) {
-        const std::string li = std::to_string(i);
-        Scope layer(g, li);
-        Expr cache_k = input(g, "cache_k." + li, {B, H, L, hs});
-        Expr cache_v = input(g, "cache_v." + li, {B, H, L, hs});
-        Expr mem_k = input(g, "mem_k." + li, {B, H, s.Ts, hs});
-        Expr mem_v = input(g, "mem_v." + li, {B, H, s.Ts, hs});
+        Scope layer(g, std::to_string(i));
+        Expr cache_k = cache_kv[std::size_t(2 * i)], cache_v = cache_kv[std::size_t(2 * i + 1)];  // (B, H, L, hs)
+        Expr mem_k = mem_kv[std::size_t(2 * i)], mem_v = mem_kv[std::size_t(2 * i + 1)];          // (B, H, Ts, hs)
         Expr h = layer_norm(x, "norm1", to.eps, to.bias);  // h: (B, 1, D)
         {
           Scope sa(g, "self_attn");
@@ -639,11 +643,16 @@ Seq2SeqResult run_seq2seq(const Seq2SeqOptions& opts, Seq2SeqConfig model, const
   const auto t0 = std::chrono::steady_clock::now();
   r.exact_match = exact_match(model, m.params(), task, held, 250, &decoded);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (std::int64_t i = 0; i < std::min<std::int64_t>(o.show, std::int64_t(held.size())); ++i) {
-    const Example& e = held[std::size_t(i)];
-    const auto& d = decoded[std::size_t(i)];
-    fmt::print(out, "  {:<72} -> {:<9} target {:<9} {}\n", task.show_src(e.src), task.show_tgt(d), task.show_tgt(e.tgt),
-               d == e.tgt ? "ok" : "WRONG");
+  // The first few held-out examples, then the first few mistakes among the rest.
+  std::int64_t shown_wrong = 0;
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    const Example& e = held[i];
+    const auto& d = decoded[i];
+    const bool first = std::int64_t(i) < o.show, wrong = d != e.tgt;
+    if (!first && !(wrong && shown_wrong < o.show)) continue;
+    shown_wrong += !first && wrong;
+    fmt::print(out, "  {:<64} -> {:<9} target {:<9} {}\n", task.show_src(e.src), task.show_tgt(d), task.show_tgt(e.tgt),
+               wrong ? "WRONG" : "ok");
   }
   fmt::print(out, "greedy decoding (KV cache) of {} held-out examples in {:.2f} s\n", held.size(), secs);
   fmt::print(out, "exact match {:.1f}% ({} held-out examples)\n", 100 * r.exact_match, held.size());
