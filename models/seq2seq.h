@@ -72,7 +72,7 @@ class GreedyDecoder {
   ~GreedyDecoder();
   GreedyDecoder(GreedyDecoder&&) noexcept;
   // src: B * Ts ids, row-major. Returns each row's tokens up to (without) EOS, at most
-  // max_tgt_len - 1 of them. With step_logits, also the logits of every step (B, 1, V).
+  // max_tgt_len of them. With step_logits, also the logits of every step (B, 1, V).
   std::vector<std::vector<std::int32_t>> decode(std::span<const std::int32_t> src,
                                                 std::vector<Tensor>* step_logits = nullptr);
 
@@ -114,9 +114,9 @@ std::vector<std::int32_t> encode_number_words(const std::string& words);
 // The word of a source id, for printing.
 const std::vector<std::string>& number_vocab();
 
-// Numbers 0..999,999 (half drawn uniformly, half with a uniform number of digits so small
-// numbers are seen too); `held_out` distinct numbers drawn the same way with `seed` are
-// never drawn for training. Source: words (<= 11), target: digits (<= 6, + BOS / EOS).
+// Numbers 0..999,999. Training draws half uniformly, half with a uniform number of digits
+// (so small numbers are seen too); `held_out` distinct numbers drawn uniformly with `seed`
+// are never drawn for training. Source: words (<= 11), target: digits (<= 6, + BOS / EOS).
 Seq2SeqTask number_task(std::uint64_t seed, std::int64_t held_out = 1000);
 // The held-out numbers of number_task(seed, held_out), in order.
 std::vector<std::int64_t> held_out_numbers(std::uint64_t seed, std::int64_t held_out = 1000);
@@ -130,7 +130,7 @@ Seq2SeqTask reverse_task(std::uint64_t seed, std::int64_t held_out, std::int64_t
 train::Batch make_batch(const Seq2SeqTask& task, std::span<const Example> ex);
 
 // Fraction of examples whose greedy (KV-cached) decoding equals the target exactly.
-// Decodes in chunks of up to `chunk` examples. With `decoded`, also the outputs.
+// Decodes in chunks of up to `chunk` (>= 1) examples. With `decoded`, also the outputs.
 double exact_match(const Seq2SeqConfig& c, ParamStore& params, const Seq2SeqTask& task,
                    std::span<const Example> ex, std::int64_t chunk = 250,
                    std::vector<std::vector<std::int32_t>>* decoded = nullptr);
