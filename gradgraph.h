@@ -43,6 +43,7 @@
 #include "train/replay.h"
 #include "train/trainer.h"
 
-// models: the reference GPT and the char-LM job, declared with the DSL as a user would
+// models: the reference GPT, the char-LM job and the encoder-decoder, declared with the DSL as a user would
 #include "models/char_lm.h"
 #include "models/gpt.h"
+#include "models/seq2seq.h"

@@ -1,4 +1,4 @@
-// The `gradgraph` command: train (the main job), sample, grad and replay (the reference
+// The `gradgraph` command: train (the main job), train-seq2seq (the encoder-decoder), sample, grad and replay (the reference
 // model's command-line contract, docs/reference-model.md), and inspect (print the forward
 // and gradient graphs of a model). Every user mistake ends in one line on stderr and a
 // non-zero exit.
@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "models/char_lm.h"
 #include "models/gpt.h"
+#include "models/seq2seq.h"
 #include "ops/parallel.h"
 #include "train/checkpoint.h"
 #include "train/replay.h"
@@ -185,6 +186,15 @@ int main(int argc, char** argv) {
   auto* tr = app.add_subcommand("train", "Train the character-level transformer (defaults: tinyshakespeare, 2000 steps)");
   train_flags.add_to(tr, {"vocab_size"});
 
+  // train-seq2seq: the encoder-decoder job; flags from its three option tables.
+  models::Seq2SeqOptions s2s_job;
+  models::Seq2SeqConfig s2s_model = models::seq2seq_defaults();
+  train::TrainOptions s2s_run = models::seq2seq_train_defaults();
+  TableFlags s2s_flags{{train::bind(s2s_job), train::bind(s2s_model), train::bind(s2s_run)}};
+  auto* s2s = app.add_subcommand("train-seq2seq",
+                                 "Train the encoder-decoder transformer (defaults: English number words to digits)");
+  s2s_flags.add_to(s2s, {"src_vocab", "tgt_vocab", "max_src_len", "max_tgt_len"});
+
   // sample
   SampleCmd sa;
   auto* sm = app.add_subcommand("sample", "Generate text from a checkpoint");
@@ -242,7 +252,7 @@ int main(int argc, char** argv) {
       const std::string first = app.remaining().front();
       msg = first.rfind("-", 0) == 0
                 ? fmt::format("unknown option '{}'", first)
-                : fmt::format("unknown subcommand '{}' (expected train, sample, grad, replay or inspect)", first);
+                : fmt::format("unknown subcommand '{}' (expected train, train-seq2seq, sample, grad, replay or inspect)", first);
     }
     for (char& ch : msg)
       if (ch == '\n') ch = ' ';
@@ -254,6 +264,11 @@ int main(int argc, char** argv) {
     if (*tr) {
       train_flags.apply();
       models::run_char_lm(job, model, run);
+      return 0;
+    }
+    if (*s2s) {
+      s2s_flags.apply();
+      models::run_seq2seq(s2s_job, s2s_model, s2s_run);
       return 0;
     }
     if (*sm) return run_sample(sa);
