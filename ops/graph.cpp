@@ -53,6 +53,12 @@ std::string site_string(const std::source_location& loc) {
   return fmt::format("{}:{}", f, loc.line());
 }
 
+std::string site_string(const Node& n) {
+  const std::string outer = site_string(n.loc);
+  const std::string inner = site_string(n.inner_loc);
+  return inner == outer ? outer : fmt::format("{} > {}", outer, inner);
+}
+
 std::string Graph::scoped(const std::string& name) const {
   if (scope_.empty()) return name;
   if (name.empty()) return scope_;
@@ -72,6 +78,7 @@ NodeId Graph::add(OpKind op, std::vector<NodeId> inputs, Attrs attrs, std::strin
   n.attrs = std::move(attrs);
   n.name = std::move(name);
   n.loc = user_loc_.value_or(loc);
+  n.inner_loc = inner_loc_.value_or(loc);
   int arity = op_arity(op);
   if (arity >= 0 && int(n.inputs.size()) != arity)
     fail(n, fmt::format("takes {} inputs, got {}", arity, n.inputs.size()));
@@ -98,10 +105,15 @@ NameScope::NameScope(Graph& g, const std::string& name, bool replace) : g_(g), s
 }
 NameScope::~NameScope() { g_.scope_ = saved_; }
 
-UserSite::UserSite(Graph& g, const std::source_location& loc, bool replace) : g_(g), saved_(g.user_loc_) {
+UserSite::UserSite(Graph& g, const std::source_location& loc, bool replace)
+    : g_(g), saved_(g.user_loc_), saved_inner_(g.inner_loc_) {
   if (replace || !g.user_loc_) g.user_loc_ = loc;
+  g.inner_loc_ = loc;
 }
-UserSite::~UserSite() { g_.user_loc_ = saved_; }
+UserSite::~UserSite() {
+  g_.user_loc_ = saved_;
+  g_.inner_loc_ = saved_inner_;
+}
 
 std::vector<NodeId> ancestors(const Graph& g, const std::vector<NodeId>& roots) {
   std::vector<NodeId> out;
