@@ -20,33 +20,6 @@ std::size_t physical_memory_bytes() {
 }
 bool bound_leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k == OpKind::constant; }
 
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// "; did you mean 'tokens'?" with the closest names (at most a third of the name apart), or "".
-std::string did_you_mean(const std::string& name, const std::vector<std::string>& names) {
-  const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
-  std::size_t best = SIZE_MAX;
-  std::vector<std::string> close;
-  for (const std::string& n : names) {
-    const std::size_t d = edit_distance(name, n);
-    if (d > limit || d > best) continue;
-    if (d < best) close.clear();
-    best = d;
-    if (std::find(close.begin(), close.end(), n) == close.end()) close.push_back(n);
-  }
-  if (close.empty()) return "";
-  return fmt::format("; did you mean '{}'?", fmt::join(close, "' or '"));
-}
 }  // namespace
 
 Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed,

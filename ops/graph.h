@@ -185,11 +185,33 @@ std::string site_string(const std::source_location& loc);
 std::string site_string(const Node& n);
 
 // A readable listing, one node a line, SSA-style:
-//   %7 = matmul %5, %6 (trans_b)  : f32(2, 4, 8)  # blocks.0.attn.query  model.cpp:42
+//   %7 = matmul %5, %6 [trans_b]  : f32(2, 4, 8)  # blocks.0.attn.query  model.cpp:42 > nn.cpp:77
+// (the user's line, then the composite's own line when the node was built inside one).
 // Only the nodes that `roots` need (all nodes when roots is empty).
 std::string to_text(const Graph& g, const std::vector<NodeId>& roots = {});
-// Graphviz dot of the same nodes.
-std::string to_dot(const Graph& g, const std::vector<NodeId>& roots = {});
+// One line of that listing (with its newline).
+std::string to_text_line(const Graph& g, NodeId id);
+
+// How to_dot draws name scopes ("blocks.1", then "blocks.1.attn"; gradient nodes named
+// "grad(<name>)" go to the scopes "grad:<scope>").
+struct DotOptions {
+  // Draw each scope as one box (its node count in the label) instead of its nodes.
+  // Unset: collapse when more than `collapse_above` nodes are drawn.
+  std::optional<bool> collapse;
+  std::size_t collapse_above = 150;
+  // Scopes to draw node by node even when collapsed (with their enclosing scopes opened
+  // and the matching gradient scope too), e.g. "blocks.1.attn".
+  std::vector<std::string> expand;
+};
+// Graphviz dot of the nodes that `roots` need: one cluster per name scope. Throws
+// GraphError for an `expand` scope no drawn node is in (naming the closest scopes).
+std::string to_dot(const Graph& g, const std::vector<NodeId>& roots = {}, const DotOptions& options = {});
+// The name scopes of the nodes `roots` need, outermost first within each chain.
+std::vector<std::string> scopes_of(const Graph& g, const std::vector<NodeId>& roots = {});
+
+// "; did you mean 'a' or 'b'?" with the names closest to `name`, or "" when none is close.
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& names);
+
 // Ids of the nodes that `roots` depend on (roots included), in increasing order.
 std::vector<NodeId> ancestors(const Graph& g, const std::vector<NodeId>& roots);
 

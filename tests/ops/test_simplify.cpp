@@ -119,9 +119,9 @@ TEST_CASE("simplify: the identities go") {
   }
   SUBCASE("reshape, permute, expand, slice to the same shape") {
     // (op::reshape and op::expand to the same shape return x itself: add the nodes directly)
-    NodeId y = g.add(OpKind::reshape, {x}, Attrs{.dims = {2, 3}});
+    NodeId y = g.add(OpKind::reshape, {x}, [] { Attrs a; a.dims = {2, 3}; return a; }());
     y = op::permute(g, y, {0, 1});
-    y = g.add(OpKind::expand, {y}, Attrs{.dims = {2, 3}});
+    y = g.add(OpKind::expand, {y}, [] { Attrs a; a.dims = {2, 3}; return a; }());
     y = op::slice(g, y, 1, 0, 3);
     y = op::sum(g, y, 0, true);
     y = op::reshape(g, y, {3});
