@@ -30,6 +30,7 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
       params_(params),
       outputs_(simplified_.roots),
       rng_(seed) {
+  // Phases: simplify (in the initializers), order, plan the memory, bind views, steps, checks.
   order_ = ancestors(g_, outputs_);
   step_of_.assign(std::size_t(g_.size()), -1);
   for (std::size_t s = 0; s < order_.size(); ++s) step_of_[std::size_t(order_[s])] = int(s);
@@ -41,6 +42,12 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   std::vector<NodeId> root;
   plan_memory(offset, root);
   bind_views(offset, root);
+  make_steps();
+  plan_checks(step_of_);
+}
+
+// One step per computed node, in order: its kernel and its output view.
+void Executor::make_steps() {
   for (NodeId id : order_) {
     const Node& n = g_.node(id);
     if (bound_leaf(n.op)) continue;
@@ -48,7 +55,6 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
     GG_CHECK(st.kernel != nullptr);
     steps_.push_back(std::move(st));
   }
-  plan_checks(step_of_);
 }
 
 // Checks the outputs, then simplifies what they need, or (off) maps every id to itself.

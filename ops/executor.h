@@ -82,6 +82,7 @@ class Executor {
   static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, bool simplify);
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
   void bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root);
+  void make_steps();
   void plan_checks(const std::vector<int>& step_of);
   void run_check(std::size_t c) const;
   NodeId planned_id(NodeId user_id) const;
