@@ -12,6 +12,7 @@
 #include "ops/graph.h"
 #include "ops/op_rule.h"
 #include "ops/shape.h"
+#include "ops/simplify.h"
 #include "ops/tensor.h"
 
 // autodiff: grad(), gradcheck(), optimizers and clipping

@@ -1,28 +1,50 @@
 // The reverse pass: mark what lies between wrt and out, walk it in reverse topological
 // order, ask each node's rule for its inputs' gradients, sum them down to the inputs'
-// shapes and accumulate.
+// shapes and accumulate. Gradient nodes are named after the node they are the gradient
+// of, by its user name, or (unnamed) by the named nodes its gradient flows into.
 #include "autodiff/grad.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "ops/op_rule.h"
 
 namespace gg {
 namespace {
 
-std::string grad_name(const Graph& g, NodeId id) {
-  const std::string& n = g.node(id).name;
-  return fmt::format("grad({})", n.empty() ? fmt::format("%{}", id) : n);
+// What the gradient of each node on the path is called: the node's user name, else the
+// labels of its inputs on the path (the parameters and named nodes the gradient flows
+// into: "W", or "W1, W2" for two), else its id.
+std::vector<std::string> path_labels(const Graph& g, const std::vector<char>& on_path) {
+  std::vector<std::string> label(on_path.size());
+  for (std::size_t i = 0; i < on_path.size(); ++i) {
+    const Node& n = g.node(NodeId(i));
+    if (!n.name.empty()) {
+      label[i] = n.name;
+      continue;
+    }
+    std::vector<std::string> into;
+    for (NodeId in : n.inputs)
+      if (on_path[std::size_t(in)] && std::find(into.begin(), into.end(), label[std::size_t(in)]) == into.end())
+        into.push_back(label[std::size_t(in)]);
+    if (into.size() > 2) into.resize(2), into.push_back("...");
+    label[i] = into.empty() ? fmt::format("%{}", i) : fmt::format("{}", fmt::join(into, ", "));
+  }
+  return label;
 }
 
-// Adds `gi` into the gradient slot of node `to`, named grad(<to's name>). A node made by
+std::string grad_name(const std::string& label) { return fmt::format("grad({})", label); }
+
+// Adds `gi` into the gradient slot of node `to`, named grad(<to's label>). A node made by
 // this rule call (id >= fresh) that is the whole gradient so far is renamed to match.
-void accumulate(Graph& g, std::vector<NodeId>& slot, NodeId to, NodeId gi, NodeId fresh) {
+void accumulate(Graph& g, std::vector<NodeId>& slot, NodeId to, NodeId gi, NodeId fresh, const std::string& label) {
   const Node& n = g.node(to);
-  NameScope scope(g, grad_name(g, to), true);
+  NameScope scope(g, grad_name(label), true);
   gi = op::sum_to(g, gi, n.shape);
   slot[std::size_t(to)] = slot[std::size_t(to)] < 0 ? gi : op::add(g, slot[std::size_t(to)], gi);
-  if (slot[std::size_t(to)] >= fresh) g.set_name(slot[std::size_t(to)], grad_name(g, to));
+  if (slot[std::size_t(to)] >= fresh) g.set_name(slot[std::size_t(to)], grad_name(label));
 }
 
 }  // namespace
@@ -61,9 +83,16 @@ std::vector<NodeId> grad(Graph& g, NodeId out, const std::vector<NodeId>& wrt, N
       for (NodeId in : g.node(NodeId(i)).inputs) on_path[std::size_t(in)] = depends[std::size_t(in)];
 
   std::vector<NodeId> slot(n0, -1);
+  const std::vector<std::string> label = path_labels(g, on_path);
+  auto label_of = [&](NodeId id) {
+    const std::string& n = g.node(id).name;
+    return std::size_t(id) < n0 && !label[std::size_t(id)].empty() ? label[std::size_t(id)]
+                                                                      : n.empty() ? fmt::format("%{}", id) : n;
+  };
   {
-    NameScope scope(g, grad_name(g, out), true);
+    NameScope scope(g, grad_name(label_of(out)), true);
     UserSite site(g, o.loc, true);
+    UserSite inner(g, o.inner_loc);
     slot[std::size_t(out)] = seed >= 0 ? seed : op::scalar(g, 1.f);
   }
   for (std::size_t i = n0; i-- > 0;) {
@@ -77,13 +106,15 @@ std::vector<NodeId> grad(Graph& g, NodeId out, const std::vector<NodeId>& wrt, N
     if (!any) continue;
     std::vector<NodeId> gin(n.inputs.size(), -1);
     {
-      NameScope scope(g, grad_name(g, NodeId(i)), true);
+      // The rule's nodes are named after what their gradient flows into.
+      NameScope scope(g, grad_name(label_of(NodeId(i))), true);
       UserSite site(g, n.loc, true);
+      UserSite inner(g, n.inner_loc);  // the composite's line, as in the forward node
       const NodeId fresh = g.size();
       GradArgs args{g, NodeId(i), slot[i], needs, gin};
       rule(args);
       for (std::size_t k = 0; k < n.inputs.size(); ++k)
-        if (needs[k] && gin[k] >= 0) accumulate(g, slot, n.inputs[k], gin[k], fresh);
+        if (needs[k] && gin[k] >= 0) accumulate(g, slot, n.inputs[k], gin[k], fresh, label_of(n.inputs[k]));
     }
   }
 
@@ -91,7 +122,7 @@ std::vector<NodeId> grad(Graph& g, NodeId out, const std::vector<NodeId>& wrt, N
   for (NodeId w : wrt) {
     NodeId r = w <= out ? slot[std::size_t(w)] : -1;
     if (r < 0) {
-      NameScope scope(g, grad_name(g, w), true);
+      NameScope scope(g, grad_name(label_of(w)), true);
       r = op::expand(g, op::scalar(g, 0.f), g.node(w).shape);
     }
     result.push_back(r);

@@ -5,7 +5,11 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -17,6 +21,7 @@
 #include "models/gpt.h"
 #include "models/seq2seq.h"
 #include "ops/parallel.h"
+#include "ops/simplify.h"
 #include "train/checkpoint.h"
 #include "train/replay.h"
 #include "train/trainer.h"
@@ -143,10 +148,31 @@ int run_sample(const SampleCmd& a) {
 
 // ---- inspect -------------------------------------------------------------------------
 struct InspectCmd {
-  std::string config, dot;
+  std::string config, dot, svg;
   std::int64_t batch = 1, seq = 0;
-  bool grad = false;
+  bool grad = false;       // --grad given
+  std::string grad_param;  // --grad NAME: only this parameter's gradient
+  bool raw = false;        // --no-simplify: list the graph as built
+  bool full = false;       // --no-collapse
+  std::vector<std::string> expand;
 };
+
+// `dot` on the PATH, or "".
+std::string find_dot() {
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "");
+  for (std::string dir; std::getline(ss, dir, ':');) {
+    const std::string f = (dir.empty() ? std::string(".") : dir) + "/dot";
+    if (::access(f.c_str(), X_OK) == 0) return f;
+  }
+  return "";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return o + "'";
+}
 
 int run_inspect(const InspectCmd& a) {
   models::GptConfig c = models::load_gpt_config(a.config);
@@ -155,17 +181,93 @@ int run_inspect(const InspectCmd& a) {
   models::Gpt m = models::build_gpt(g, c, a.batch, T);
   const NodeId forward_end = g.size();
   std::vector<NodeId> roots{m.loss.id};
+  std::string what = "the loss";
   if (a.grad) {
     std::vector<NodeId> wrt;
-    for (auto& p : m.params) wrt.push_back(p.id);
-    roots = gg::grad(g, m.loss.id, wrt);
+    std::vector<std::string> names;
+    for (auto& p : m.params) wrt.push_back(p.id), names.push_back(p.name());
+    std::vector<NodeId> grads = gg::grad(g, m.loss.id, wrt);
+    roots = grads;
+    what = "every parameter's gradient";
+    if (!a.grad_param.empty()) {
+      auto at = std::find(names.begin(), names.end(), a.grad_param);
+      if (at == names.end())
+        throw InputError(fmt::format("--grad: no parameter '{}' in this model{}", a.grad_param,
+                                     did_you_mean(a.grad_param, names)));
+      roots = {grads[std::size_t(at - names.begin())]};
+      what = fmt::format("the gradient of {}", a.grad_param);
+    }
   }
-  fmt::print("{}", to_text(g, roots));
-  fmt::print("# {} forward nodes, {} gradient nodes\n", forward_end, g.size() - forward_end);
-  if (!a.dot.empty()) {
-    std::ofstream f(a.dot);
-    if (!f) throw InputError(fmt::format("{}: cannot write", a.dot));
-    f << to_dot(g, roots);
+
+  // Before and after the simplification pass: node counts and the planned arenas.
+  ParamStore no_values;  // planning reads no values
+  const Executor off(g, roots, no_values, 0, {.simplify = false});
+  const Executor on(g, roots, no_values, 0, {.simplify = true});
+  Simplified s = simplify(g, roots);
+  std::int64_t fwd_before = 0, fwd_after = 0;
+  for (NodeId id : ancestors(g, roots)) fwd_before += id < forward_end;
+  std::vector<char> forward(std::size_t(s.graph.size()), 0);
+  for (NodeId id = 0; id < forward_end; ++id)
+    if (s.map[std::size_t(id)] >= 0) forward[std::size_t(s.map[std::size_t(id)])] = 1;
+  for (char f : forward) fwd_after += f;
+  fmt::print("# {} of the model in {} (batch {}, sequence {})\n", what, a.config, a.batch, T);
+  fmt::print("# nodes as built:   {:>5} forward, {:>5} gradient; arena {} bytes\n", fwd_before,
+             s.stats.before - fwd_before, off.arena_bytes());
+  fmt::print("# nodes simplified: {:>5} forward, {:>5} gradient; arena {} bytes "
+             "({} merged, {} folded, {} identities removed)\n",
+             fwd_after, s.stats.after - fwd_after, on.arena_bytes(), s.stats.merged, s.stats.folded, s.stats.identities);
+
+  // The listing, forward then gradient, of the graph as built or simplified.
+  const Graph& lg = a.raw ? g : s.graph;
+  const std::vector<NodeId>& lroots = a.raw ? roots : s.roots;
+  auto is_forward = [&](NodeId id) { return a.raw ? id < forward_end : forward[std::size_t(id)] != 0; };
+  const std::vector<NodeId> listed = ancestors(lg, lroots);
+  const bool one_param = !a.grad_param.empty();
+  std::vector<NodeId> reads;  // with --grad NAME: the forward values its gradient reads
+  std::string fwd_text, grad_text;
+  for (NodeId id : listed) {
+    if (!is_forward(id)) {
+      grad_text += to_text_line(lg, id);
+      for (NodeId in : lg.node(id).inputs)
+        if (is_forward(in) && std::find(reads.begin(), reads.end(), in) == reads.end()) reads.push_back(in);
+    } else if (!one_param) {
+      fwd_text += to_text_line(lg, id);
+    }
+  }
+  const char* kind = a.raw ? "as built" : "simplified";
+  if (!one_param) fmt::print("\n## forward ({})\n{}", kind, fwd_text);
+  if (a.grad) {
+    fmt::print("\n## gradient ({}){}\n", kind, one_param ? fmt::format(" of {}", a.grad_param) : "");
+    if (one_param) {
+      std::sort(reads.begin(), reads.end());
+      std::vector<std::string> r;
+      for (NodeId id : reads) r.push_back(fmt::format("%{} ({})", id, lg.node(id).name.empty() ? op_name(lg.node(id).op) : lg.node(id).name));
+      fmt::print("# reads {} forward values: {}\n", reads.size(), fmt::join(r, ", "));
+    }
+    fmt::print("{}", grad_text);
+  }
+
+  if (!a.dot.empty() || !a.svg.empty()) {
+    DotOptions o;
+    if (a.full) o.collapse = false;
+    o.expand = a.expand;
+    const std::string text = to_dot(lg, lroots, o);
+    const std::string dot_file = !a.dot.empty() ? a.dot : a.svg + ".dot";
+    std::ofstream f(dot_file);
+    if (!f) throw InputError(fmt::format("{}: cannot write", dot_file));
+    f << text;
+    f.close();
+    if (!a.svg.empty()) {
+      const std::string dot = find_dot();
+      if (dot.empty())
+        throw InputError(fmt::format("--svg needs Graphviz's `dot`, which is not installed (apt-get install graphviz); "
+                                     "the graph is in {}", dot_file));
+      const auto t0 = std::chrono::steady_clock::now();
+      const std::string cmd = fmt::format("{} -Tsvg {} -o {}", shell_quote(dot), shell_quote(dot_file), shell_quote(a.svg));
+      if (std::system(cmd.c_str()) != 0) throw InputError(fmt::format("--svg: `{}` failed", cmd));
+      fmt::print("# wrote {} ({:.1f} s in dot)\n", a.svg,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
   }
   return 0;
 }
@@ -235,8 +337,13 @@ int main(int argc, char** argv) {
   in->add_option("--config", ia.config, "Model config JSON")->required();
   in->add_option("--batch", ia.batch, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
   in->add_option("--seq", ia.seq, "Sequence length (default: block_size)")->check(CLI::NonNegativeNumber);
-  in->add_flag("--grad", ia.grad, "Also build and print the gradient graph");
-  in->add_option("--dot", ia.dot, "Write Graphviz dot to this file");
+  in->add_option("--grad", ia.grad_param, "Also print the gradient graph; with a NAME, only that parameter's")
+      ->expected(0, 1);
+  in->add_flag("--no-simplify", ia.raw, "List the graph as built, not simplified");
+  in->add_option("--dot", ia.dot, "Write Graphviz dot to this file (one box per name scope for large graphs)");
+  in->add_option("--svg", ia.svg, "Render the graph to this SVG file with Graphviz's dot");
+  in->add_option("--expand", ia.expand, "Draw this name scope node by node (e.g. blocks.1.attn); repeatable");
+  in->add_flag("--no-collapse", ia.full, "Draw every node, whatever the size of the graph");
 
   try {
     app.parse(argc, argv);
@@ -274,7 +381,10 @@ int main(int argc, char** argv) {
     if (*sm) return run_sample(sa);
     if (*gr) return run_grad(ga);
     if (*rp) return run_replay(ra);
-    if (*in) return run_inspect(ia);
+    if (*in) {
+      ia.grad = in->count("--grad") > 0;
+      return run_inspect(ia);
+    }
   } catch (const InputError& e) {
     fmt::print(stderr, "gradgraph: error: {}\n", e.what());
   } catch (const io::Error& e) {

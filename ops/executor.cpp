@@ -20,42 +20,65 @@ std::size_t physical_memory_bytes() {
 }
 bool bound_leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k == OpKind::constant; }
 
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-// "; did you mean 'tokens'?" with the closest names (at most a third of the name apart), or "".
-std::string did_you_mean(const std::string& name, const std::vector<std::string>& names) {
-  const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
-  std::size_t best = SIZE_MAX;
-  std::vector<std::string> close;
-  for (const std::string& n : names) {
-    const std::size_t d = edit_distance(name, n);
-    if (d > limit || d > best) continue;
-    if (d < best) close.clear();
-    best = d;
-    if (std::find(close.begin(), close.end(), n) == close.end()) close.push_back(n);
-  }
-  if (close.empty()) return "";
-  return fmt::format("; did you mean '{}'?", fmt::join(close, "' or '"));
-}
 }  // namespace
 
-Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed)
-    : g_(g), params_(params), outputs_(std::move(outputs)), rng_(seed) {
-  for (NodeId o : outputs_)
+Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed,
+                   ExecutorOptions options)
+    : user_g_(g),
+      simplified_(prepare(g, outputs, options.simplify)),
+      g_(options.simplify ? simplified_.graph : g),
+      params_(params),
+      outputs_(simplified_.roots),
+      rng_(seed) {
+  // Phases: simplify (in the initializers), order, plan the memory, bind views, steps, checks.
+  order_ = ancestors(g_, outputs_);
+  step_of_.assign(std::size_t(g_.size()), -1);
+  for (std::size_t s = 0; s < order_.size(); ++s) step_of_[std::size_t(order_[s])] = int(s);
+  user_order_.assign(order_.size(), -1);
+  for (NodeId id = 0; id < g.size(); ++id)
+    if (const NodeId p = simplified_.map[std::size_t(id)]; p >= 0 && user_order_[std::size_t(step_of_[std::size_t(p)])] < 0)
+      user_order_[std::size_t(step_of_[std::size_t(p)])] = id;
+  std::vector<std::size_t> offset;
+  std::vector<NodeId> root;
+  plan_memory(offset, root);
+  bind_views(offset, root);
+  make_steps();
+  plan_checks(step_of_);
+}
+
+// One step per computed node, in order: its kernel and its output view.
+void Executor::make_steps() {
+  for (NodeId id : order_) {
+    const Node& n = g_.node(id);
+    if (bound_leaf(n.op)) continue;
+    Step st{id, op_rule(n.op).kernel, {}, views_[std::size_t(id)], {}};
+    GG_CHECK(st.kernel != nullptr);
+    steps_.push_back(std::move(st));
+  }
+}
+
+// Checks the outputs, then simplifies what they need, or (off) maps every id to itself.
+Simplified Executor::prepare(const Graph& g, const std::vector<NodeId>& outputs, bool simplify) {
+  for (NodeId o : outputs)
     if (o < 0 || o >= g.size())
       throw GraphError(fmt::format("Executor: output %{} is not a node of this graph (it has {} nodes); was it built "
                                    "in another graph?", o, g.size()));
-  order_ = ancestors(g, outputs_);
+  if (simplify) return gg::simplify(g, outputs);
+  Simplified s;
+  s.map.resize(std::size_t(g.size()));
+  for (NodeId i = 0; i < g.size(); ++i) s.map[std::size_t(i)] = i;
+  s.roots = outputs;
+  return s;
+}
+
+NodeId Executor::planned_id(NodeId user_id) const {
+  return user_id < 0 || std::size_t(user_id) >= simplified_.map.size() ? NodeId(-1) : simplified_.map[std::size_t(user_id)];
+}
+
+// Liveness and offsets: every intermediate gets a place in one arena, reused once the
+// last reader of the value has run; a reshape shares its input's buffer (`root`).
+void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root) {
+  const Graph& g = g_;
   const std::size_t N = std::size_t(g.size());
   views_.assign(N, View{});
   kept_.assign(N, 0);
@@ -63,19 +86,16 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   input_fed_.assign(N, 0);
 
   // Liveness: the last step that reads each node; outputs live to the end.
-  std::vector<int> step_of(N, -1), last_use(N, -1);
-  for (std::size_t s = 0; s < order_.size(); ++s) {
-    NodeId id = order_[s];
-    step_of[std::size_t(id)] = int(s);
-    for (NodeId in : g.node(id).inputs) last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], int(s));
-  }
+  std::vector<int> last_use(N, -1);
+  for (std::size_t s = 0; s < order_.size(); ++s)
+    for (NodeId in : g.node(order_[s]).inputs) last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], int(s));
   for (NodeId o : outputs_) {
     last_use[std::size_t(o)] = INT_MAX;
     kept_[std::size_t(o)] = 1;
   }
   // A reshape is a view: it shares its input's buffer (except a parameter's, which is
   // rebound at each run), and that buffer lives as long as its last view is read.
-  std::vector<NodeId> root(N, -1);
+  root.assign(N, -1);
   for (NodeId id : order_) {
     const Node& n = g.node(id);
     root[std::size_t(id)] = id;
@@ -93,7 +113,7 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
     int last;
   };
   std::vector<Block> live;
-  std::vector<std::size_t> offset(N, 0);
+  offset.assign(N, 0);
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const Node& n = g.node(order_[s]);
     if (bound_leaf(n.op) || root[std::size_t(order_[s])] != order_[s]) continue;
@@ -116,11 +136,14 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
                                  double(arena_bytes_) / (1 << 30), double(physical_memory_bytes()) / (1 << 30)));
   arena_.reset(aligned_alloc64(arena_bytes_));
   std::memset(arena_.get(), 0, std::max<std::size_t>(arena_bytes_, 1));
+}
 
-  // Views and steps.
+// Views: where each planned node's value lives (the arena, the node's constant data, an
+// input buffer, or a parameter bound at each run).
+void Executor::bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root) {
   char* base = static_cast<char*>(arena_.get());
   for (NodeId id : order_) {
-    const Node& n = g.node(id);
+    const Node& n = g_.node(id);
     View& v = views_[std::size_t(id)];
     v.shape = &n.shape;
     v.dtype = n.dtype;
@@ -145,14 +168,6 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
       v.data = base + offset[std::size_t(id)];
     }
   }
-  for (NodeId id : order_) {
-    const Node& n = g.node(id);
-    if (bound_leaf(n.op)) continue;
-    Step st{id, op_rule(n.op).kernel, {}, views_[std::size_t(id)], {}};
-    GG_CHECK(st.kernel != nullptr);
-    steps_.push_back(std::move(st));
-  }
-  plan_checks(step_of);
 }
 
 // Each value check of a planned node runs after the step that computes it (leaves: first).
@@ -195,7 +210,7 @@ void Executor::feed(const std::string& name, const void* data, std::int64_t coun
     return;
   }
   std::vector<std::string> declared;
-  for (const Node& n : g_.nodes()) {
+  for (const Node& n : user_g_.nodes()) {
     if (n.op != OpKind::input) continue;
     if (n.name == name)
       throw GraphError(fmt::format("input '{}' declared at {} is not used by the requested outputs of this plan; "
@@ -264,9 +279,10 @@ std::string Executor::profile_report() const {
   return s;
 }
 
-View Executor::value(NodeId id) const {
-  if (id < 0 || id >= g_.size() || !kept_[std::size_t(id)])
-    throw GraphError(fmt::format("node %{} is not an output of this plan; ask for it when building the executor", id));
+View Executor::value(NodeId user_id) const {
+  const NodeId id = planned_id(user_id);
+  if (id < 0 || !kept_[std::size_t(id)])
+    throw GraphError(fmt::format("node %{} is not an output of this plan; ask for it when building the executor", user_id));
   View v = views_[std::size_t(id)];
   if (g_.node(id).op == OpKind::param) v.data = const_cast<Tensor&>(params_.at(g_.node(id).name)).data();
   return v;

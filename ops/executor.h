@@ -11,23 +11,35 @@
 
 #include "graph.h"
 #include "op_rule.h"
+#include "simplify.h"
 #include "tensor.h"
 
 namespace gg {
 
+struct ExecutorOptions {
+  // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning.
+  // Off with GG_SIMPLIFY=0 in the environment, or here.
+  bool simplify = simplify_by_default();
+};
+
 class Executor {
  public:
-  // Plans the nodes that `outputs` depend on. Outputs stay readable after run().
-  // Requires: params outlives the executor; every param of the plan is in it at run().
-  // Throws GraphError for an output id that is not a node of `g`.
-  Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed = 0);
+  // Plans the nodes that `outputs` depend on (simplified first, unless options say no).
+  // Outputs stay readable after run() by their ids in `g`.
+  // Requires: g and params outlive the executor; every param of the plan is in the store
+  // at run(). Throws GraphError for an output id that is not a node of `g`.
+  Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed = 0,
+           ExecutorOptions options = {});
 
   // Bytes of the arena holding every intermediate value (known before the first run).
   std::size_t arena_bytes() const { return arena_bytes_; }
   // Bytes the intermediates would take without buffer reuse.
   std::size_t unshared_bytes() const { return unshared_bytes_; }
-  // Node ids in execution order.
-  const std::vector<NodeId>& order() const { return order_; }
+  // Node ids (of the graph given) in execution order: for a node the pass merged with
+  // others, the first of them.
+  const std::vector<NodeId>& order() const { return user_order_; }
+  // The graph that was planned: the simplified one, or the one given when the pass is off.
+  const Graph& planned_graph() const { return g_; }
 
   // Feeds the input node named `name`; throws GraphError on a wrong shape or dtype, on an
   // input declared in the graph but not needed by the requested outputs, and on an unknown
@@ -42,7 +54,8 @@ class Executor {
   // fails (Graph::add_check: the check runs right after its node is computed).
   void run();
 
-  // The value of an output (or a leaf) of the last run; throws GraphError otherwise.
+  // The value of an output (or of a leaf the plan reads) of the last run, by its id in the
+  // graph given; throws GraphError otherwise.
   View value(NodeId id) const;
   Tensor get(NodeId id) const;
   float scalar(NodeId id) const { return value(id).f()[0]; }
@@ -65,11 +78,20 @@ class Executor {
     View out;
     std::vector<std::size_t> checks;  // indices into g_.checks() to run after this step
   };
+  // The phases of the constructor, in order.
+  static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, bool simplify);
+  void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
+  void bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root);
+  void make_steps();
   void plan_checks(const std::vector<int>& step_of);
   void run_check(std::size_t c) const;
-  const Graph& g_;
+  NodeId planned_id(NodeId user_id) const;
+  const Graph& user_g_;        // the graph given
+  Simplified simplified_;      // the simplified graph and the id map (the map only, when off)
+  const Graph& g_;             // the planned graph: simplified_.graph or user_g_
   ParamStore& params_;
-  std::vector<NodeId> outputs_, order_;
+  std::vector<NodeId> outputs_, order_, user_order_;  // outputs_, order_: ids in g_
+  std::vector<int> step_of_;   // per node of g_: its index in order_, or -1
   std::vector<Step> steps_;
   std::vector<View> views_;          // per node id (valid for planned nodes)
   std::vector<char> kept_;           // per node id: readable after run

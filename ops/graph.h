@@ -65,7 +65,10 @@ struct Node {
   Shape shape;
   DType dtype = DType::f32;
   std::string name;          // scoped user name, e.g. "blocks.1.attn.query"
-  std::source_location loc;  // where the user asked for it
+  std::source_location loc;  // where the user asked for it (the outermost call site)
+  // The innermost call site: inside a composite, the composite's own line (nn.cpp:120);
+  // equal to loc for a node the user built directly.
+  std::source_location inner_loc;
   // The leaves generic passes (gradcheck, optimizers) may ask about without naming ops.
   bool is_param() const { return op == OpKind::param; }
   bool is_input() const { return op == OpKind::input; }
@@ -108,12 +111,19 @@ class Graph {
 
   // The user's source line: while set, every node records it instead of its own.
   const std::optional<std::source_location>& user_loc() const { return user_loc_; }
+  // The innermost call site open (the composite's own line), recorded as Node::inner_loc.
+  const std::optional<std::source_location>& inner_loc() const { return inner_loc_; }
 
   // Throws GraphError "<op> at <file>:<line> ('<name>'): <msg>" for a node being built.
   [[noreturn]] void fail(const Node& n, const std::string& msg) const;
 
   // Renames a node (names are metadata: nothing depends on them but errors and listings).
   void set_name(NodeId id, std::string name) { nodes_[std::size_t(id)].name = std::move(name); }
+  // Sets a node's two source lines (passes that rebuild a graph keep the original's).
+  void set_site(NodeId id, std::source_location loc, std::source_location inner_loc) {
+    nodes_[std::size_t(id)].loc = loc;
+    nodes_[std::size_t(id)].inner_loc = inner_loc;
+  }
 
   // First node named `name` with the given op, or -1.
   NodeId find(const std::string& name, OpKind op) const;
@@ -137,7 +147,7 @@ class Graph {
   std::deque<Node> nodes_;
   std::vector<Check> checks_;
   std::string scope_;
-  std::optional<std::source_location> user_loc_;
+  std::optional<std::source_location> user_loc_, inner_loc_;
 };
 
 // RAII: opens a name scope ("blocks.1" then "attn" gives "blocks.1.attn"); with
@@ -156,6 +166,7 @@ class NameScope {
 
 // RAII: records the user's call site for every node built inside; the outermost wins,
 // so a composite reports the line where the user called it. With replace, `loc` wins.
+// The innermost site is recorded too (Node::inner_loc): the composite's own line.
 class UserSite {
  public:
   UserSite(Graph& g, const std::source_location& loc, bool replace = false);
@@ -165,18 +176,42 @@ class UserSite {
 
  private:
   Graph& g_;
-  std::optional<std::source_location> saved_;
+  std::optional<std::source_location> saved_, saved_inner_;
 };
 
 // "model.cpp:42": the file's base name and line.
 std::string site_string(const std::source_location& loc);
+// "model.cpp:63 > nn.cpp:120" when the node's inner line differs from its user line, else "model.cpp:63".
+std::string site_string(const Node& n);
 
 // A readable listing, one node a line, SSA-style:
-//   %7 = matmul %5, %6 (trans_b)  : f32(2, 4, 8)  # blocks.0.attn.query  model.cpp:42
+//   %7 = matmul %5, %6 [trans_b]  : f32(2, 4, 8)  # blocks.0.attn.query  model.cpp:42 > nn.cpp:77
+// (the user's line, then the composite's own line when the node was built inside one).
 // Only the nodes that `roots` need (all nodes when roots is empty).
 std::string to_text(const Graph& g, const std::vector<NodeId>& roots = {});
-// Graphviz dot of the same nodes.
-std::string to_dot(const Graph& g, const std::vector<NodeId>& roots = {});
+// One line of that listing (with its newline).
+std::string to_text_line(const Graph& g, NodeId id);
+
+// How to_dot draws name scopes ("blocks.1", then "blocks.1.attn"; gradient nodes named
+// "grad(<name>)" go to the scopes "grad:<scope>").
+struct DotOptions {
+  // Draw each scope as one box (its node count in the label) instead of its nodes.
+  // Unset: collapse when more than `collapse_above` nodes are drawn.
+  std::optional<bool> collapse;
+  std::size_t collapse_above = 150;
+  // Scopes to draw node by node even when collapsed (with their enclosing scopes opened
+  // and the matching gradient scope too), e.g. "blocks.1.attn".
+  std::vector<std::string> expand;
+};
+// Graphviz dot of the nodes that `roots` need: one cluster per name scope. Throws
+// GraphError for an `expand` scope no drawn node is in (naming the closest scopes).
+std::string to_dot(const Graph& g, const std::vector<NodeId>& roots = {}, const DotOptions& options = {});
+// The name scopes of the nodes `roots` need, outermost first within each chain.
+std::vector<std::string> scopes_of(const Graph& g, const std::vector<NodeId>& roots = {});
+
+// "; did you mean 'a' or 'b'?" with the names closest to `name`, or "" when none is close.
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& names);
+
 // Ids of the nodes that `roots` depend on (roots included), in increasing order.
 std::vector<NodeId> ancestors(const Graph& g, const std::vector<NodeId>& roots);
 

@@ -24,7 +24,8 @@ using ty::T;
 // to_text without the line numbers (the typed and untyped lines differ by construction);
 // the file names stay, so a node recorded at typed.h instead of this file shows up.
 std::string listing(Expr root) {
-  return std::regex_replace(to_text(*root.g, {root.id}), std::regex(R"(:\d+\n)"), "\n");
+  return std::regex_replace(std::regex_replace(to_text(*root.g, {root.id}), std::regex(R"( > \S+)"), ""),
+                            std::regex(R"((\.(cpp|h)):\d+)"), "$1");  // nor the composites' own lines
 }
 
 // --- Result types (compile time) ---------------------------------------------------------

@@ -3,6 +3,7 @@
 // and the user's source line; the to_text / to_dot listings and ancestors().
 // Shape errors live in test_shape_errors.cpp; values in the per-family kernel tests.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "tests/test_util.h"
 
@@ -28,6 +29,14 @@ std::vector<std::string> lines_of(const std::string& s) {
 }
 
 using gg::test::contains;
+
+DotOptions dot_options(std::optional<bool> collapse, std::vector<std::string> expand = {}, std::size_t above = 150) {
+  DotOptions o;
+  o.collapse = collapse;
+  o.expand = std::move(expand);
+  o.collapse_above = above;
+  return o;
+}
 
 std::size_t count_of(const std::string& s, const std::string& part) {
   std::size_t n = 0;
@@ -304,4 +313,66 @@ TEST_CASE("ancestors: the roots and what they depend on, in increasing order") {
   CHECK(ancestors(g, {h, c}) == std::vector<NodeId>{a, b, c, d, h});
   CHECK(ancestors(g, {a}) == std::vector<NodeId>{a});
   CHECK(ancestors(g, {}).size() == std::size_t(g.size()));
+}
+
+TEST_CASE("to_text: inside a composite, the user's line then the composite's own line") {
+  Graph g;
+  NodeId x = op::input(g, "x", {2});
+  NodeId direct = op::exp(g, x);
+  const unsigned user_line = std::source_location::current().line() + 1;
+  UserSite user(g, std::source_location::current());  // the user's call of a composite
+  NodeId inner;
+  {
+    UserSite composite(g, std::source_location::current());  // a line inside the composite
+    inner = op::tanh(g, x);
+  }
+  const unsigned composite_line = user_line + 3;
+  CHECK(g.node(direct).inner_loc.line() == g.node(direct).loc.line());
+  CHECK(g.node(inner).loc.line() == user_line);
+  CHECK(g.node(inner).inner_loc.line() == composite_line);
+  const std::string line = to_text_line(g, inner);
+  CHECK(contains(line, fmt::format("test_graph.cpp:{} > test_graph.cpp:{}", user_line, composite_line)));
+  CHECK_FALSE(contains(to_text_line(g, direct), ">"));
+  CHECK(line == lines_of(to_text(g, {inner})).back() + "\n");
+}
+
+TEST_CASE("to_dot: one cluster per name scope, collapsible, a scope expandable") {
+  Graph g;
+  NodeId x = op::input(g, "x", {4});
+  NodeId h = x;
+  for (int b = 0; b < 2; ++b) {
+    NameScope block(g, fmt::format("blocks.{}", b));
+    {
+      NameScope attn(g, "attn");
+      h = op::mul(g, h, op::param(g, "w", {4}, Init{}));
+      h = op::tanh(g, h);
+      g.set_name(h, g.scoped("out"));
+    }
+    NameScope mlp(g, "mlp");
+    h = op::exp(g, op::add(g, h, op::param(g, "b", {4}, Init{})));
+  }
+  const NodeId out = h;
+  const std::string open = to_dot(g, {out}, dot_options(false));
+  CHECK(count_of(open, "subgraph cluster_") == 6);  // blocks.0, blocks.0.attn, blocks.0.mlp, and block 1's
+  CHECK(contains(open, "label=\"blocks.1.attn\""));
+  CHECK(count_of(open, "shape=box3d") == 0);
+  CHECK(count_of(open, "%" + std::to_string(out) + " exp") == 1);
+
+  const std::string closed = to_dot(g, {out}, dot_options(true));
+  CHECK(count_of(closed, "shape=box3d") == 2);  // one box per block
+  CHECK(count_of(closed, "subgraph cluster_") == 0);
+  CHECK(contains(closed, "blocks.0\\n(6 nodes)"));
+  CHECK(count_of(closed, "->") == 2);  // x -> blocks.0 -> blocks.1
+  // Large graphs collapse by default.
+  CHECK(count_of(to_dot(g, {out}, dot_options(std::nullopt, {}, 5)), "shape=box3d") == 2);
+  CHECK(count_of(to_dot(g, {out}), "shape=box3d") == 0);
+
+  const std::string one = to_dot(g, {out}, dot_options(true, {"blocks.1.attn"}));
+  CHECK(contains(one, "label=\"blocks.1\";"));       // opened to show the scope asked for
+  CHECK(contains(one, "label=\"blocks.1.attn\";"));
+  CHECK(contains(one, "blocks.1.mlp\\n(3 nodes)"));  // its sibling stays a box
+  CHECK(contains(one, "blocks.0\\n(6 nodes)"));
+  CHECK_THROWS_WITH_AS(to_dot(g, {out}, dot_options(std::nullopt, {"blocks.1.atn"})),
+                       "to_dot: no scope 'blocks.1.atn' among the drawn nodes; did you mean 'blocks.1.attn'?",
+                       GraphError);
 }
