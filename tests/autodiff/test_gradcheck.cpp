@@ -143,3 +143,62 @@ TEST_CASE("gradcheck can fail: it catches a gradient that disagrees with the fun
     CHECK_FALSE(res.ok);
   }
 }
+
+TEST_CASE("gradcheck_params: f32 gradients of a small model against f64 central differences") {
+  Graph g;
+  Case c;
+  NodeId w1 = param_rand(g, c, "w1", {4, 6});
+  NodeId b1 = param_rand(g, c, "b1", {6});
+  NodeId w2 = param_rand(g, c, "w2", {6, 3});
+  NodeId x = op::input(g, "x", {5, 4});
+  c.inputs["x"] = Tensor::f32({5, 4}, vals(20, -1, 1, 3));
+  NodeId h = op::tanh(g, op::add(g, op::matmul(g, x, w1), b1));
+  NodeId loss = weighted_sum(g, op::exp(g, op::matmul(g, h, w2)));
+  const std::vector<float> before = c.params.at("w1").to_vector();
+  ParamCheckOptions o;
+  o.max_elements = 5;
+  std::vector<ParamCheck> r = gradcheck_params(g, loss, {w1, b1, w2}, c.params, c.inputs, o);
+  REQUIRE(r.size() == 3);
+  CHECK(r[0].name == "w1");
+  CHECK(r[0].shape == Shape{4, 6});
+  CHECK(r[0].checked == 6);  // 5 spread + the largest |g| (unless it is among them)
+  CHECK(r[1].checked >= 5);
+  for (const ParamCheck& p : r) {
+    INFO(p.name << ": rel " << p.worst_rel << " at " << p.worst_index << ": " << p.analytic << " vs " << p.numeric);
+    CHECK(p.ok);
+    CHECK(p.worst_rel < 1e-4);  // f32 rounding of the analytic gradient only
+    CHECK(p.worst_index >= 0);
+  }
+  CHECK(c.params.at("w1").to_vector() == before);
+}
+
+TEST_CASE("gradcheck_params catches a gradient that disagrees with the function") {
+  // f(x) = where(x > 0, x, x + 1): analytic 1, but the f64 step crosses the jump at 0.
+  Graph g;
+  Case c;
+  NodeId x = param_with(g, c, "x", {3}, {1e-7f, 0.5f, -0.7f});
+  NodeId f = op::where(g, op::compare(g, x, op::scalar(g, 0.f), Cmp::gt), x, op::add(g, x, op::scalar(g, 1.f)));
+  std::vector<ParamCheck> r = gradcheck_params(g, op::sum(g, f, 0), {x}, c.params);
+  REQUIRE(r.size() == 1);
+  CHECK_FALSE(r[0].ok);
+  CHECK(r[0].worst_index == 0);
+  CHECK(r[0].analytic == 1.0);
+  CHECK(r[0].numeric < -1000);  // the jump of -1 over 2h
+}
+
+TEST_CASE("gradcheck_params refuses what it cannot check") {
+  Graph g;
+  Case c;
+  NodeId p = param_rand(g, c, "p", {2});
+  NodeId x = op::input(g, "x", {2});
+  SUBCASE("an input instead of a parameter") {
+    NodeId loss = op::sum(g, op::mul(g, p, x), 0);
+    CHECK_THROWS_WITH_AS(gradcheck_params(g, loss, {x}, c.params, {{"x", Tensor({2})}}),
+                         doctest::Contains("checks parameters only"), GraphError);
+  }
+  SUBCASE("a graph with random nodes") {
+    NodeId loss = op::sum(g, op::mul(g, p, op::random(g, {2})), 0);
+    CHECK_THROWS_WITH_AS(gradcheck_params(g, loss, {p}, c.params), doctest::Contains("refuses random nodes"),
+                         GraphError);
+  }
+}
