@@ -83,7 +83,6 @@ std::vector<ParamCheck> gradcheck_params(Graph& g, NodeId loss, const std::vecto
 
   F64Leaves leaves = f64_leaves(store, inputs);
   auto loss_at = [&]() { return eval_f64(g, {loss}, leaves)[0].v[0]; };
-  const double floor = opts.atol / opts.rtol;
   std::vector<ParamCheck> out;
   for (std::size_t k = 0; k < params.size(); ++k) {
     const Node& n = g.node(params[k]);
@@ -107,7 +106,7 @@ std::vector<ParamCheck> gradcheck_params(Graph& g, NodeId loss, const std::vecto
       const double fm = loss_at();
       x[std::size_t(i)] = x0;
       const double num = (fp - fm) / (2 * h), a = ga.f()[i];
-      const double rel = std::abs(a - num) / std::max({std::abs(a), std::abs(num), floor});
+      const double rel = std::abs(a - num) / std::max({std::abs(a), std::abs(num), opts.floor});
       ++pc.checked;
       if (pc.worst_index < 0 || rel > pc.worst_rel) {
         pc.worst_rel = rel;

@@ -37,8 +37,8 @@ GradcheckResult gradcheck(Graph& g, NodeId out, const std::vector<NodeId>& wrt, 
 
 struct ParamCheckOptions {
   double step = 1e-5;     // central-difference step in double: h = step * max(1, |x|)
-  double rtol = 1e-3;     // a coordinate passes when |a - n| <= rtol * max(|a|, |n|) + atol
-  double atol = 1e-6;
+  double rtol = 1e-3;     // a coordinate passes when its relative error is <= rtol
+  double floor = 1e-5;    // relative to max(|a|, |n|, floor): gradients below it are compared absolutely
   int max_elements = 16;  // per parameter: evenly spread coordinates, plus the largest |analytic|
 };
 
@@ -46,7 +46,7 @@ struct ParamCheck {
   std::string name;
   Shape shape;
   int checked = 0;               // coordinates compared
-  double worst_rel = 0;          // max over them of |a - n| / max(|a|, |n|, atol / rtol)
+  double worst_rel = 0;          // max over them of |a - n| / max(|a|, |n|, floor)
   std::int64_t worst_index = -1; // flat index of that coordinate
   double analytic = 0, numeric = 0;  // its two values
   bool ok = true;                // worst_rel <= rtol
