@@ -78,16 +78,17 @@ int run_gradcheck(const DebugCommands& d) {
   std::vector<ParamCheck> r = gradcheck_params(g, m.loss.id, ps, s.params, s.batch, o);
   fmt::print("gradcheck {}: {}\n", a.config, s.described);
   fmt::print("f32 gradients vs central differences of an f64 execution of the same graph, up to {} coordinates per "
-             "parameter; rel err = |a - n| / max(|a|, |n|, {:g})\n", a.samples, o.floor);
-  fmt::print("{:<28} {:<10} {:>7} {:>13} {:>13} {:>13}\n", "parameter", "shape", "checked", "worst rel err",
-             "analytic", "numeric");
+             "parameter; rel err = |a - n| / max(|a|, |n|, {:g}); 'f64 graph': the gradient graph itself run in f64\n",
+             a.samples, o.floor);
+  fmt::print("{:<28} {:<10} {:>7} {:>13} {:>13} {:>13} {:>12}\n", "parameter", "shape", "checked", "worst rel err",
+             "analytic", "numeric", "f64 graph");
   int bad = 0;
   double worst = 0;
   for (const ParamCheck& p : r) {
     bad += !p.ok;
     worst = std::max(worst, p.worst_rel);
-    fmt::print("{:<28} {:<10} {:>7} {:>13.2e} {:>13.5e} {:>13.5e}{}{}\n", p.name, to_string(p.shape), p.checked,
-               p.worst_rel, p.analytic, p.numeric, p.ok ? "" : "  FAIL",
+    fmt::print("{:<28} {:<10} {:>7} {:>13.2e} {:>13.5e} {:>13.5e} {:>12.2e}{}{}\n", p.name, to_string(p.shape),
+               p.checked, p.worst_rel, p.analytic, p.numeric, p.worst_rel_f64, p.ok ? "" : "  FAIL",
                zero.count(p.name) ? "  (structurally zero)" : "");
   }
   for (auto& [name, why] : zero) fmt::print("structurally zero: {}: {}\n", name, why);
