@@ -8,16 +8,20 @@
 
 // ops: the IR, shapes, builders, tensors and the executor
 #include "ops/build.h"
+#include "ops/eval_f64.h"
 #include "ops/executor.h"
 #include "ops/graph.h"
 #include "ops/op_rule.h"
 #include "ops/shape.h"
 #include "ops/simplify.h"
+#include "ops/tangent.h"
 #include "ops/tensor.h"
 
-// autodiff: grad(), gradcheck(), optimizers and clipping
+// autodiff: grad(), gradcheck(), hvp(), gradient statistics, optimizers and clipping
 #include "autodiff/grad.h"
+#include "autodiff/grad_stats.h"
 #include "autodiff/gradcheck.h"
+#include "autodiff/hvp.h"
 #include "autodiff/optim.h"
 
 // dsl: Expr handles, param(), nn compositions (attention, blocks, encoder and decoder)
@@ -45,6 +49,7 @@
 #include "train/trainer.h"
 
 // models: the reference GPT, the char-LM job and the encoder-decoder, declared with the DSL as a user would
+#include "models/attention_maps.h"
 #include "models/char_lm.h"
 #include "models/gpt.h"
 #include "models/seq2seq.h"

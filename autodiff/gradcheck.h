@@ -33,4 +33,37 @@ struct GradcheckResult {
 GradcheckResult gradcheck(Graph& g, NodeId out, const std::vector<NodeId>& wrt, ParamStore& params,
                           const std::map<std::string, Tensor>& inputs = {}, GradcheckOptions opts = {});
 
+// ---- every parameter of a model against an f64 execution of the same graph ----------
+
+struct ParamCheckOptions {
+  double step = 2e-4;     // step of the fourth-order central difference, in double: h = step * max(1, |x|)
+  double rtol = 1e-3;     // a coordinate passes when its relative error is <= rtol
+  double floor = 1e-5;    // relative to max(|a|, |n|, floor): gradients below it are compared absolutely
+  int max_elements = 16;  // per parameter: evenly spread coordinates, plus the largest |analytic|
+};
+
+struct ParamCheck {
+  std::string name;
+  Shape shape;
+  int checked = 0;               // coordinates compared
+  double worst_rel = 0;          // max over them of |a - n| / max(|a|, |n|, floor)
+  std::int64_t worst_index = -1; // flat index of that coordinate
+  double analytic = 0, numeric = 0;  // its two values
+  // The same gradient graph run by eval_f64 instead of the f32 executor, against the same
+  // differences: the gradient rules' own error, free of f32 rounding (typically < 1e-8).
+  double worst_rel_f64 = 0;
+  bool ok = true;                // worst_rel <= rtol and worst_rel_f64 <= rtol
+};
+
+// Checks d(loss)/d(p) for each param node p in `params`: the analytic gradient is the
+// gradient graph grad() appends, run by the f32 executor (what training uses) and by
+// eval_f64 (worst_rel_f64); the
+// numeric one is a fourth-order central difference of the loss evaluated by eval_f64 (ops/eval_f64.h)
+// with the coordinate perturbed in double. `store` is read, never written; `inputs` are
+// fed by name. Throws GraphError for a node that is not a parameter, a non-scalar loss
+// and a graph with random nodes (dropout in training mode: eval_f64 cannot reproduce it).
+std::vector<ParamCheck> gradcheck_params(Graph& g, NodeId loss, const std::vector<NodeId>& params,
+                                         const ParamStore& store, const std::map<std::string, Tensor>& inputs = {},
+                                         ParamCheckOptions opts = {});
+
 }  // namespace gg

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "autodiff/optim.h"
+#include "cli/debug.h"
 #include "io/safetensors.h"
 #include "models/char_lm.h"
 #include "models/gpt.h"
@@ -73,6 +74,7 @@ struct TableFlags {
 // ---- grad ----------------------------------------------------------------------------
 struct GradCmd {
   std::string config, weights, batch, out;
+  bool detect_anomaly = false;
 };
 
 int run_grad(const GradCmd& a) {
@@ -80,6 +82,7 @@ int run_grad(const GradCmd& a) {
   train::Model m = models::gpt_model(c);
   train::load_params(m.params(), train::read_tensors(a.weights), models::gpt_params(c), a.weights);
   std::vector<train::Batch> b = models::read_gpt_batches(io::read_safetensors(a.batch), c, /*stacked=*/false);
+  if (a.detect_anomaly) m.plan_for(b[0], /*training=*/true).set_detect_anomaly(true);
   const double loss = m.forward_backward(b[0]);
   io::File out;
   out.add_f32("loss", {}, {float(loss)});
@@ -97,7 +100,7 @@ int run_grad(const GradCmd& a) {
 struct ReplayCmd {
   std::string config, weights, batches, optimizer, out, betas = "0.9,0.999";
   double lr = 0, momentum = 0, eps = 1e-8, weight_decay = 0.01, clip = 0;
-  bool allow_nonfinite = false;
+  bool allow_nonfinite = false, detect_anomaly = false;
 };
 
 int run_replay(const ReplayCmd& a) {
@@ -110,6 +113,7 @@ int run_replay(const ReplayCmd& a) {
   std::istringstream bs(a.betas);
   if (!(bs >> o.beta1 >> comma >> o.beta2) || comma != ',' || !bs.eof())
     throw InputError(fmt::format("--betas: expected two numbers as B1,B2, got '{}'", a.betas));
+  if (a.detect_anomaly) m.plan_for(b[0], /*training=*/true).set_detect_anomaly(true);  // every batch has b[0]'s shape
   train::ReplayResult r = train::replay(m, b, o);
   if (!a.allow_nonfinite) {
     std::vector<std::string> bad;
@@ -314,6 +318,7 @@ int main(int argc, char** argv) {
   gr->add_option("--weights", ga.weights, "Weights (safetensors)")->required();
   gr->add_option("--batch", ga.batch, "tokens and targets [B, T] (safetensors)")->required();
   gr->add_option("--out", ga.out, "Output safetensors")->required();
+  gr->add_flag("--detect-anomaly", ga.detect_anomaly, "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it");
 
   // replay
   ReplayCmd ra;
@@ -330,6 +335,7 @@ int main(int argc, char** argv) {
   rp->add_option("--clip", ra.clip, "Clip the global gradient norm (0 = off)")->capture_default_str();
   rp->add_option("--out", ra.out, "Output safetensors")->required();
   rp->add_flag("--allow-nonfinite", ra.allow_nonfinite, "Write the parameters even when some are NaN or infinite");
+  rp->add_flag("--detect-anomaly", ra.detect_anomaly, "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it");
 
   // inspect
   InspectCmd ia;
@@ -345,6 +351,10 @@ int main(int argc, char** argv) {
   in->add_option("--expand", ia.expand, "Draw this name scope node by node (e.g. blocks.1.attn); repeatable");
   in->add_flag("--no-collapse", ia.full, "Draw every node, whatever the size of the graph");
 
+  // gradcheck, hvp, attention
+  cli::DebugCommands debug;
+  debug.add_to(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -359,7 +369,7 @@ int main(int argc, char** argv) {
       const std::string first = app.remaining().front();
       msg = first.rfind("-", 0) == 0
                 ? fmt::format("unknown option '{}'", first)
-                : fmt::format("unknown subcommand '{}' (expected train, train-seq2seq, sample, grad, replay or inspect)", first);
+                : fmt::format("unknown subcommand '{}' (expected train, train-seq2seq, sample, grad, replay, inspect, gradcheck, hvp or attention)", first);
     }
     for (char& ch : msg)
       if (ch == '\n') ch = ' ';
@@ -385,6 +395,7 @@ int main(int argc, char** argv) {
       ia.grad = in->count("--grad") > 0;
       return run_inspect(ia);
     }
+    if (int status = debug.run(); status >= 0) return status;
   } catch (const InputError& e) {
     fmt::print(stderr, "gradgraph: error: {}\n", e.what());
   } catch (const io::Error& e) {

@@ -228,4 +228,21 @@ std::vector<Expr> grad(Expr out, const std::vector<Expr>& wrt, Loc loc) {
   return r;
 }
 
+std::vector<Expr> hvp(Expr loss, const std::vector<Expr>& params, const std::vector<Expr>& v, Loc loc) {
+  graph_of("hvp", loc, {loss});
+  std::vector<NodeId> p, w;
+  for (const Expr& e : params) {
+    graph_of("hvp", loc, {loss, e});
+    p.push_back(e.id);
+  }
+  for (const Expr& e : v) {
+    graph_of("hvp", loc, {loss, e});
+    w.push_back(e.id);
+  }
+  std::vector<NodeId> hv = gg::hvp(*loss.g, loss.id, p, w, loc);
+  std::vector<Expr> r;
+  for (NodeId id : hv) r.push_back({loss.g, id});
+  return r;
+}
+
 }  // namespace gg::dsl

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../autodiff/grad.h"
+#include "../autodiff/hvp.h"
 #include "../ops/build.h"
 #include "../ops/graph.h"
 
@@ -105,6 +106,8 @@ std::vector<Expr> params(Graph& g);
 // Gradients of a scalar with respect to each of wrt, as graph nodes (see autodiff/grad.h).
 // A non-scalar `out` or a wrt of another graph is reported at the caller's line.
 std::vector<Expr> grad(Expr out, const std::vector<Expr>& wrt, Loc loc = Loc::current());
+// Hessian-vector products (H v)_i for each of params, v[i] shaped like params[i] (see autodiff/hvp.h).
+std::vector<Expr> hvp(Expr loss, const std::vector<Expr>& params, const std::vector<Expr>& v, Loc loc = Loc::current());
 
 // The node ids of `xs` for an Executor of `g` (Executor(g, node_ids(g, {loss, pred}), store));
 // throws GraphError if one is empty or belongs to another graph (an id alone cannot tell).

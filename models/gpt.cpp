@@ -54,6 +54,20 @@ GptConfig load_gpt_config(const std::string& path) {
 
 std::string to_json(const GptConfig& c) { return GptConfig::table().to_json(&c); }
 
+namespace {
+// The softmax output of the attention scoped `scope` among the nodes from `first` on: the
+// division of attention()'s softmax, (B, H, T, T) -- the one node of that op and shape
+// there (transformer_block returns only its output).
+Expr attention_weights_in(Graph& g, NodeId first, const std::string& scope) {
+  for (NodeId id = first; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (n.op == OpKind::div && n.name == scope && n.shape.size() == 4 && n.shape[2] == n.shape[3]) return {&g, id};
+  }
+  GG_CHECK(false && "transformer_block has no attention weights");
+  return {};
+}
+}  // namespace
+
 Gpt build_gpt(const GptConfig& c, Expr tokens, std::optional<Expr> targets, bool training) {
   Graph& g = *tokens.g;
   GptConfig::table().validate(&c, "gpt");
@@ -80,7 +94,11 @@ Gpt build_gpt(const GptConfig& c, Expr tokens, std::optional<Expr> targets, bool
   bo.attn.scale = c.attn_scale;
   // GPT-2: projections into the residual stream start smaller, by 1/sqrt(2 n_layer).
   bo.resid_init = normal_init(float(0.02 / std::sqrt(2.0 * double(std::max<std::int64_t>(1, c.n_layer)))));
-  for (std::int64_t i = 0; i < c.n_layer; ++i) x = transformer_block(x, fmt::format("blocks.{}", i), bo);
+  for (std::int64_t i = 0; i < c.n_layer; ++i) {
+    const NodeId first = g.size();
+    x = transformer_block(x, fmt::format("blocks.{}", i), bo);
+    m.attn_weights.push_back(attention_weights_in(g, first, fmt::format("blocks.{}.attn", i)));
+  }
   x = layer_norm(x, "norm_f", c.layernorm_eps, c.bias);                     // x: (B, T, D)
   Expr w = c.tie_weights ? Expr{&g, g.find("tok_emb.weight", OpKind::param)}
                          : param(g, "head.weight", {V, D}, normal_init(0.02f));  // w: (V, D)

@@ -43,6 +43,7 @@ struct Gpt {
   dsl::Expr logits;              // (B, T, V)
   dsl::Expr loss;                // scalar (only with targets)
   std::vector<dsl::Expr> params; // every parameter, in the spec's table order
+  std::vector<dsl::Expr> attn_weights;  // per block: its attention weights (B, H, T, T), rows sum to 1
 };
 
 // The model on tokens (B, T) i32, T <= block_size; with targets (B, T) i32 (-1 = ignore)

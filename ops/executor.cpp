@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include <unistd.h>
@@ -30,6 +32,7 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
       params_(params),
       outputs_(simplified_.roots),
       rng_(seed) {
+  if (const char* env = std::getenv("GG_DETECT_ANOMALY")) detect_anomaly_ = *env && std::string(env) != "0";
   // Phases: simplify (in the initializers), order, plan the memory, bind views, steps, checks.
   order_ = ancestors(g_, outputs_);
   step_of_.assign(std::size_t(g_.size()), -1);
@@ -252,6 +255,7 @@ void Executor::run() {
     for (NodeId in : n.inputs) st.in.push_back(views_[std::size_t(in)]);
     if (!profile_) {
       st.kernel(KernelArgs{n, st.in, st.out, &rng_});
+      if (detect_anomaly_) check_anomaly(st);
       for (std::size_t c : st.checks) run_check(c);
       continue;
     }
@@ -259,8 +263,59 @@ void Executor::run() {
     st.kernel(KernelArgs{n, st.in, st.out, &rng_});
     op_seconds_[std::size_t(n.op)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ++op_calls_[std::size_t(n.op)];
+    if (detect_anomaly_) check_anomaly(st);
     for (std::size_t c : st.checks) run_check(c);
   }
+}
+
+namespace {
+struct ValueSummary {
+  std::int64_t nan = 0, inf = 0;
+  double lo = INFINITY, hi = -INFINITY;  // over the finite values
+};
+ValueSummary summarize(const View& v) {
+  ValueSummary s;
+  for (std::int64_t i = 0, n = v.numel(); i < n; ++i) {
+    const double x = v.dtype == DType::i32 ? double(v.i()[i]) : double(v.f()[i]);
+    if (std::isnan(x)) ++s.nan;
+    else if (std::isinf(x)) ++s.inf;
+    else {
+      s.lo = std::min(s.lo, x);
+      s.hi = std::max(s.hi, x);
+    }
+  }
+  return s;
+}
+std::string describe_node(const Graph& g, NodeId id) {
+  const Node& n = g.node(id);
+  return fmt::format("%{} {} {}{}{}", id, op_name(n.op), to_string(n.dtype), to_string(n.shape),
+                     n.name.empty() ? std::string() : fmt::format(" '{}'", n.name));
+}
+}  // namespace
+
+void Executor::check_anomaly(const Step& st) const {
+  if (st.out.dtype != DType::f32) return;
+  const ValueSummary out = summarize(st.out);
+  if (out.nan == 0 && out.inf == 0) return;
+  const Node& n = g_.node(st.id);
+  const bool backward = n.name.rfind("grad(", 0) == 0;
+  std::string ins;
+  bool inf_in = false;
+  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+    const ValueSummary s = summarize(st.in[i]);
+    inf_in = inf_in || s.inf > 0;
+    ins += fmt::format("; input {} {} at {}: {}, {} NaN, {} Inf", i, describe_node(g_, n.inputs[i]),
+                       site_string(g_.node(n.inputs[i]).loc),
+                       s.lo <= s.hi ? fmt::format("min {:.6g} max {:.6g}", s.lo, s.hi) : "no finite value", s.nan, s.inf);
+  }
+  // An infinity passed on from an input is not new (a mask's -inf flowing through where and
+  // the max trick is by design); a NaN always is, and so is an infinity made here (overflow,
+  // log of 0, division by 0).
+  if (out.nan == 0 && inf_in) return;
+  throw GraphError(fmt::format("{} at {} ('{}'): anomaly: the first non-finite value of this run: {} node %{} {}{} "
+                               "holds {} NaN and {} Inf of {} values{}",
+                               op_name(n.op), site_string(n.loc), n.name, backward ? "backward" : "forward", st.id,
+                               to_string(n.dtype), to_string(n.shape), out.nan, out.inf, st.out.numel(), ins));
 }
 
 std::string Executor::profile_report() const {

@@ -62,6 +62,17 @@ class Executor {
 
   std::mt19937_64& rng() { return rng_; }
 
+  // Anomaly mode: when on, run() checks each computed node's f32 output for NaN and Inf
+  // right after its kernel, and the first node, forward or backward, that makes one stops
+  // the run with a GraphError naming its op, shape, user name, source line, and the min/max
+  // and NaN/Inf counts of each of its inputs. A NaN always counts; an Inf only when no input
+  // holds one (a mask's -inf carried through `where` is by design; exp overflow, log(0) and
+  // x/0 are caught). A NaN or Inf in a parameter is reported at the first node reading it. Off by default; GG_DETECT_ANOMALY=1 in the
+  // environment turns it on for every executor built afterwards. Costs one pass over each
+  // output per step.
+  void set_detect_anomaly(bool on) { detect_anomaly_ = on; }
+  bool detect_anomaly() const { return detect_anomaly_; }
+
   // Per-op timing: when on, run() adds each kernel's wall time to its op kind's total.
   void set_profile(bool on) { profile_ = on; }
   // "op  calls  total ms  share", one line per op kind that ran, slowest first.
@@ -86,6 +97,7 @@ class Executor {
   void plan_checks(const std::vector<int>& step_of);
   void run_check(std::size_t c) const;
   NodeId planned_id(NodeId user_id) const;
+  void check_anomaly(const Step& st) const;  // throws GraphError if st's output is not finite
   const Graph& user_g_;        // the graph given
   Simplified simplified_;      // the simplified graph and the id map (the map only, when off)
   const Graph& g_;             // the planned graph: simplified_.graph or user_g_
@@ -102,6 +114,7 @@ class Executor {
   std::size_t arena_bytes_ = 0, unshared_bytes_ = 0;
   std::mt19937_64 rng_;
   bool profile_ = false;
+  bool detect_anomaly_ = false;
   std::vector<double> op_seconds_ = std::vector<double>(op_count, 0.0);
   std::vector<std::int64_t> op_calls_ = std::vector<std::int64_t>(op_count, 0);
 };

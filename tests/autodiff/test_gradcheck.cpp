@@ -16,286 +16,10 @@
 #include "ops/build.h"
 #include "ops/executor.h"
 #include "ops/op_rule.h"
-
-namespace {
+#include "tests/sample_graphs.h"
 
 using namespace gg;
-
-// One sample graph for one primitive.
-struct Case {
-  enum Kind { check, no_grad, leaf } kind = check;  // check: gradcheck; no_grad: grad must be 0
-  NodeId loss = -1;                                 // scalar
-  std::vector<NodeId> wrt;                          // params / inputs checked (no_grad: must get zeros)
-  ParamStore params;
-  std::map<std::string, Tensor> inputs;
-  GradcheckOptions opts;
-  std::string note;                                 // what the entry covers
-};
-
-// Deterministic sample values in [lo, hi).
-std::vector<float> vals(std::int64_t n, float lo, float hi, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = u(rng);
-  return v;
-}
-
-// A param with the given values, registered in the case's store.
-NodeId param_with(Graph& g, Case& c, const std::string& name, Shape s, std::vector<float> v) {
-  REQUIRE(std::int64_t(v.size()) == numel(s));
-  c.params.set(name, Tensor::f32(s, v));
-  return op::param(g, name, s, Init{});
-}
-NodeId param_rand(Graph& g, Case& c, const std::string& name, Shape s, float lo = -1.f, float hi = 1.f,
-                  unsigned seed = 7) {
-  return param_with(g, c, name, s, vals(numel(s), lo, hi, seed + unsigned(name.size()) * 31u + unsigned(name[0])));
-}
-
-// sum(out * w) over all elements, w fixed random in [0.5, 1.5) with alternating sign.
-NodeId weighted_sum(Graph& g, NodeId out, unsigned seed = 99) {
-  const Shape s = g.node(out).shape;
-  std::vector<float> w = vals(numel(s), 0.5f, 1.5f, seed);
-  for (std::size_t i = 0; i < w.size(); i += 2) w[i] = -w[i];
-  NodeId y = op::mul(g, out, op::constant(g, w, s));
-  if (!s.empty()) y = op::sum(g, op::reshape(g, y, {-1}), 0);
-  return y;
-}
-
-NodeId i32_const(Graph& g, std::vector<float> v, Shape s) { return op::constant(g, std::move(v), s, DType::i32); }
-
-using Builder = std::function<void(Graph&, Case&)>;
-
-// The table: one entry per primitive.
-std::map<OpKind, Builder> gradcheck_table() {
-  std::map<OpKind, Builder> t;
-
-  // ---- leaves ----------------------------------------------------------------------
-  t[OpKind::input] = [](Graph& g, Case& c) {  // leaf; gradients flow *to* an input
-    c.kind = Case::leaf;
-    NodeId x = op::input(g, "x", {3, 4});
-    c.inputs["x"] = Tensor::f32({3, 4}, vals(12, -1, 1, 1));
-    c.loss = weighted_sum(g, op::exp(g, x));
-    c.wrt = {x};
-  };
-  t[OpKind::param] = [](Graph& g, Case& c) {  // leaf; d/dp sum(p * w) = w
-    c.kind = Case::leaf;
-    NodeId p = param_rand(g, c, "p", {2, 3});
-    c.loss = weighted_sum(g, p);
-    c.wrt = {p};
-  };
-  t[OpKind::constant] = [](Graph& g, Case& c) {  // leaf: data fixed at build time
-    c.kind = Case::leaf;
-    NodeId p = param_rand(g, c, "p", {2, 3});
-    NodeId k = op::constant(g, vals(6, -2, 2, 3), {2, 3});
-    c.loss = weighted_sum(g, op::mul(g, p, k));
-    c.wrt = {p};
-  };
-  t[OpKind::random] = [](Graph& g, Case& c) {  // leaf, redrawn each run: no gradient flows
-    c.kind = Case::no_grad;
-    NodeId p = param_rand(g, c, "p", {2, 3});
-    NodeId r = op::random(g, {2, 3});
-    // r does not depend on p; grad of sum(r * w) wrt p must be zeros.
-    c.loss = weighted_sum(g, op::add(g, r, op::mul(g, op::scalar(g, 0.f), op::compare(g, p, p, Cmp::eq))));
-    c.wrt = {p};
-  };
-
-  // ---- element-wise, with broadcasting (exercises the central sum_to) ---------------
-  t[OpKind::add] = [](Graph& g, Case& c) {
-    c.note = "(2, 3, 4) + (3, 1)";
-    NodeId a = param_rand(g, c, "a", {2, 3, 4});
-    NodeId b = param_rand(g, c, "b", {3, 1});
-    c.loss = weighted_sum(g, op::add(g, a, b));
-    c.wrt = {a, b};
-  };
-  t[OpKind::sub] = [](Graph& g, Case& c) {
-    c.note = "(4,) - (2, 3, 4) and scalar - (2, 3, 4)";
-    NodeId a = param_rand(g, c, "a", {4});
-    NodeId b = param_rand(g, c, "b", {2, 3, 4});
-    NodeId s = param_rand(g, c, "s", {});
-    c.loss = op::add(g, weighted_sum(g, op::sub(g, a, b)), weighted_sum(g, op::sub(g, s, b), 5));
-    c.wrt = {a, b, s};
-  };
-  t[OpKind::mul] = [](Graph& g, Case& c) {
-    c.note = "(2, 1, 4) * (3, 1)";
-    NodeId a = param_rand(g, c, "a", {2, 1, 4});
-    NodeId b = param_rand(g, c, "b", {3, 1});
-    c.loss = weighted_sum(g, op::mul(g, a, b));
-    c.wrt = {a, b};
-  };
-  t[OpKind::div] = [](Graph& g, Case& c) {
-    c.note = "(2, 3) / (3,), divisor in [0.5, 1.5)";
-    NodeId a = param_rand(g, c, "a", {2, 3});
-    NodeId b = param_rand(g, c, "b", {3}, 0.5f, 1.5f);
-    c.loss = weighted_sum(g, op::div(g, a, b));
-    c.wrt = {a, b};
-  };
-  t[OpKind::maximum] = [](Graph& g, Case& c) {
-    c.note = "(2, 4) vs (4,), operands 0.5 apart (no ties)";
-    std::vector<float> av = vals(8, -1, 1, 11), bv(4);
-    for (int j = 0; j < 4; ++j) bv[std::size_t(j)] = av[std::size_t(j)] + (j % 2 ? 0.5f : -0.5f);
-    for (int j = 0; j < 4; ++j) av[std::size_t(4 + j)] = bv[std::size_t(j)] + (j < 2 ? 0.6f : -0.6f);
-    NodeId a = param_with(g, c, "a", {2, 4}, av);
-    NodeId b = param_with(g, c, "b", {4}, bv);
-    c.loss = weighted_sum(g, op::maximum(g, a, b));
-    c.wrt = {a, b};
-  };
-  auto unary = [](OpKind k, NodeId (*f)(Graph&, NodeId, op::Loc), float lo, float hi) {
-    return [=](Graph& g, Case& c) {
-      c.note = std::string(op_name(k)) + " on [" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
-      NodeId x = param_rand(g, c, "x", {3, 5}, lo, hi);
-      c.loss = weighted_sum(g, f(g, x, op::Loc::current()));
-      c.wrt = {x};
-    };
-  };
-  t[OpKind::neg] = unary(OpKind::neg, &op::neg, -2, 2);
-  t[OpKind::exp] = unary(OpKind::exp, &op::exp, -1.5f, 1.5f);
-  t[OpKind::log] = unary(OpKind::log, &op::log, 0.5f, 3.f);
-  t[OpKind::sqrt] = unary(OpKind::sqrt, &op::sqrt, 0.5f, 3.f);
-  t[OpKind::tanh] = unary(OpKind::tanh, &op::tanh, -2, 2);
-  t[OpKind::erf] = unary(OpKind::erf, &op::erf, -1.5f, 1.5f);
-  t[OpKind::compare] = [](Graph& g, Case& c) {  // a step function: no gradient flows
-    c.kind = Case::no_grad;
-    std::vector<float> av = vals(6, -1, 1, 5);
-    NodeId a = param_with(g, c, "a", {2, 3}, av);
-    NodeId b = param_rand(g, c, "b", {3}, 2.f, 3.f);  // far from a: no flip under a step
-    c.loss = weighted_sum(g, op::compare(g, a, b, Cmp::lt));
-    c.wrt = {a, b};
-  };
-  t[OpKind::where] = [](Graph& g, Case& c) {
-    c.note = "cond (3, 1), a (3, 4), b (4,)";
-    NodeId cond = op::constant(g, {1, 0, 1}, {3, 1});
-    NodeId a = param_rand(g, c, "a", {3, 4});
-    NodeId b = param_rand(g, c, "b", {4});
-    c.loss = weighted_sum(g, op::where(g, cond, a, b));
-    c.wrt = {a, b};
-  };
-
-  // ---- reductions ------------------------------------------------------------------
-  t[OpKind::sum] = [](Graph& g, Case& c) {
-    c.note = "axis 1 with and without keepdim, axis -1";
-    NodeId x = param_rand(g, c, "x", {2, 3, 4});
-    NodeId a = weighted_sum(g, op::sum(g, x, 1, false), 1);
-    NodeId b = weighted_sum(g, op::sum(g, x, 1, true), 2);
-    NodeId d = weighted_sum(g, op::sum(g, x, -1, false), 3);
-    c.loss = op::add(g, op::add(g, a, b), d);
-    c.wrt = {x};
-  };
-  t[OpKind::max] = [](Graph& g, Case& c) {
-    c.note = "distinct values 0.25 apart; axis 0 keepdim, axis 1";
-    std::vector<float> v(12);
-    std::vector<int> perm = {7, 2, 11, 0, 5, 9, 3, 10, 1, 8, 4, 6};
-    for (std::size_t i = 0; i < 12; ++i) v[i] = -1.5f + 0.25f * float(perm[i]);
-    NodeId x = param_with(g, c, "x", {3, 4}, v);
-    c.loss = op::add(g, weighted_sum(g, op::max(g, x, 0, true), 1), weighted_sum(g, op::max(g, x, 1, false), 2));
-    c.wrt = {x};
-  };
-
-  t[OpKind::argmax] = [](Graph& g, Case& c) {  // a step function with i32 output: no gradient flows
-    c.kind = Case::no_grad;
-    c.note = "argmax over axis 1, compared with fixed i32 indices to reach a f32 loss";
-    std::vector<float> v = {0.1f, 2.f, -1.f, 1.f, 3.f, 0.f, -2.f, 1.5f, 0.5f};  // row maxima >= 0.5 apart
-    NodeId x = param_with(g, c, "x", {3, 3}, v);
-    NodeId hit = op::compare(g, op::argmax(g, x, 1), i32_const(g, {1, 0, 2}, {3}), Cmp::eq);  // (3): 1, 0, 0
-    c.loss = weighted_sum(g, hit);
-    c.wrt = {x};
-  };
-
-  // ---- matmul: all four transpose flags, broadcast batch, shared 2-D right operand ---
-  t[OpKind::matmul] = [](Graph& g, Case& c) {
-    c.note = "ta/tb in {0,1}^2 with batch (2,1) x (3,), plus (2,3,4) @ (4,5) and @ (5,4)^T";
-    NodeId loss = -1;
-    unsigned seed = 20;
-    for (int ta = 0; ta < 2; ++ta)
-      for (int tb = 0; tb < 2; ++tb) {
-        const std::string sfx = std::to_string(ta) + std::to_string(tb);
-        Shape sa = ta ? Shape{2, 1, 4, 3} : Shape{2, 1, 3, 4};  // (2, 1, M=3, K=4)
-        Shape sb = tb ? Shape{3, 5, 4} : Shape{3, 4, 5};        // (3, K=4, N=5)
-        NodeId a = param_rand(g, c, "a" + sfx, sa);
-        NodeId b = param_rand(g, c, "b" + sfx, sb);
-        NodeId y = weighted_sum(g, op::matmul(g, a, b, ta, tb), seed++);  // (2, 3, 3, 5)
-        loss = loss < 0 ? y : op::add(g, loss, y);
-        c.wrt.push_back(a);
-        c.wrt.push_back(b);
-      }
-    for (int tb = 0; tb < 2; ++tb) {  // B shared by every batch: the reshaped gradient path
-      const std::string sfx = "shared" + std::to_string(tb);
-      NodeId a = param_rand(g, c, "a" + sfx, {2, 3, 4});
-      NodeId b = param_rand(g, c, "b" + sfx, tb ? Shape{5, 4} : Shape{4, 5});
-      loss = op::add(g, loss, weighted_sum(g, op::matmul(g, a, b, false, tb), seed++));
-      c.wrt.push_back(a);
-      c.wrt.push_back(b);
-    }
-    NodeId a2 = param_rand(g, c, "plain_a", {3, 4});  // plain 2-D @ batched 3-D
-    NodeId b2 = param_rand(g, c, "plain_b", {2, 4, 2});
-    c.loss = op::add(g, loss, weighted_sum(g, op::matmul(g, a2, b2), seed++));
-    c.wrt.push_back(a2);
-    c.wrt.push_back(b2);
-  };
-
-  // ---- movement --------------------------------------------------------------------
-  t[OpKind::reshape] = [](Graph& g, Case& c) {
-    NodeId x = param_rand(g, c, "x", {2, 6});
-    c.loss = weighted_sum(g, op::tanh(g, op::reshape(g, x, {3, -1})));
-    c.wrt = {x};
-  };
-  t[OpKind::permute] = [](Graph& g, Case& c) {
-    NodeId x = param_rand(g, c, "x", {2, 3, 4});
-    NodeId y = op::permute(g, x, {2, 0, 1});  // (4, 2, 3)
-    // Multiplying by a (4, 1, 3) tensor makes the gradient depend on the permutation.
-    c.loss = weighted_sum(g, op::mul(g, y, op::constant(g, vals(12, -1, 1, 4), {4, 1, 3})));
-    c.wrt = {x};
-  };
-  t[OpKind::expand] = [](Graph& g, Case& c) {
-    NodeId x = param_rand(g, c, "x", {3, 1});
-    NodeId s = param_rand(g, c, "s", {});
-    c.loss = op::add(g, weighted_sum(g, op::expand(g, x, {2, 3, 4})), weighted_sum(g, op::expand(g, s, {2, 2}), 3));
-    c.wrt = {x, s};
-  };
-  t[OpKind::slice] = [](Graph& g, Case& c) {
-    c.note = "interior [1, 4) of axis 1, a prefix and a negative-begin suffix of axis 0";
-    NodeId x = param_rand(g, c, "x", {3, 5});
-    NodeId a = weighted_sum(g, op::slice(g, x, 1, 1, 4), 1);
-    NodeId b = weighted_sum(g, op::slice(g, x, 0, 0, 2), 2);
-    NodeId d = weighted_sum(g, op::slice(g, x, 0, -1, 3), 3);
-    c.loss = op::add(g, op::add(g, a, b), d);
-    c.wrt = {x};
-  };
-  t[OpKind::concat] = [](Graph& g, Case& c) {
-    NodeId a = param_rand(g, c, "a", {2, 1, 3});
-    NodeId b = param_rand(g, c, "b", {2, 3, 3});
-    NodeId d = param_rand(g, c, "d", {2, 2, 3});
-    c.loss = op::add(g, weighted_sum(g, op::concat(g, {a, b, d}, 1)), weighted_sum(g, op::concat(g, {d, a}, -2), 5));
-    c.wrt = {a, b, d};
-  };
-
-  // ---- indexing, with repeated indices ----------------------------------------------
-  t[OpKind::gather] = [](Graph& g, Case& c) {
-    c.note = "axis 0 with index (2, 3) repeating rows; axis 1 with repeats";
-    NodeId x = param_rand(g, c, "x", {5, 3});
-    NodeId i0 = i32_const(g, {1, 3, 1, 4, 1, 0}, {2, 3});
-    NodeId i1 = i32_const(g, {2, 2, 0, 2}, {4});
-    c.loss = op::add(g, weighted_sum(g, op::gather(g, x, i0, 0), 1), weighted_sum(g, op::gather(g, x, i1, 1), 2));
-    c.wrt = {x};
-  };
-  t[OpKind::scatter_add] = [](Graph& g, Case& c) {
-    c.note = "src (2, 4, 3) into axis 1 of size 3 with index (4,) = {2, 0, 2, 2}";
-    NodeId s = param_rand(g, c, "src", {2, 4, 3});
-    NodeId idx = i32_const(g, {2, 0, 2, 2}, {4});
-    NodeId y = op::scatter_add(g, s, idx, 1, 3);  // (2, 3, 3)
-    c.loss = weighted_sum(g, op::tanh(g, y));     // non-linear: rows that collide interact
-    c.wrt = {s};
-  };
-  return t;
-}
-
-bool uses_op(const Graph& g, NodeId root, OpKind k) {
-  for (NodeId id : ancestors(g, {root}))
-    if (g.node(id).op == k) return true;
-  return false;
-}
-
-}  // namespace
+using namespace gg::sample;
 
 TEST_CASE("gradcheck table: every primitive of op_list.def has an entry") {
   const auto table = gradcheck_table();
@@ -343,7 +67,7 @@ TEST_CASE("gradcheck table: every primitive's gradient rule agrees with central 
       }
       if (kind == OpKind::random) continue;  // fresh noise each run: no central differences
     }
-    GradcheckResult res = gradcheck(g, c.loss, c.wrt, c.params, c.inputs, c.opts);
+    GradcheckResult res = gradcheck(g, c.loss, c.wrt, c.params, c.inputs);
     INFO("worst: " << res.worst << " (|err| " << res.worst_abs << ")");
     CHECK(res.ok);
     CHECK(res.checked > 0);
@@ -417,5 +141,65 @@ TEST_CASE("gradcheck can fail: it catches a gradient that disagrees with the fun
     NodeId loss = op::sum(g, op::mul(g, x, step), 0);
     GradcheckResult res = gradcheck(g, loss, {x}, c.params);
     CHECK_FALSE(res.ok);
+  }
+}
+
+TEST_CASE("gradcheck_params: f32 gradients of a small model against f64 central differences") {
+  Graph g;
+  Case c;
+  NodeId w1 = param_rand(g, c, "w1", {4, 6});
+  NodeId b1 = param_rand(g, c, "b1", {6});
+  NodeId w2 = param_rand(g, c, "w2", {6, 3});
+  NodeId x = op::input(g, "x", {5, 4});
+  c.inputs["x"] = Tensor::f32({5, 4}, vals(20, -1, 1, 3));
+  NodeId h = op::tanh(g, op::add(g, op::matmul(g, x, w1), b1));
+  NodeId loss = weighted_sum(g, op::exp(g, op::matmul(g, h, w2)));
+  const std::vector<float> before = c.params.at("w1").to_vector();
+  ParamCheckOptions o;
+  o.max_elements = 5;
+  std::vector<ParamCheck> r = gradcheck_params(g, loss, {w1, b1, w2}, c.params, c.inputs, o);
+  REQUIRE(r.size() == 3);
+  CHECK(r[0].name == "w1");
+  CHECK(r[0].shape == Shape{4, 6});
+  CHECK(r[0].checked == 6);  // 5 spread + the largest |g| (unless it is among them)
+  CHECK(r[1].checked >= 5);
+  for (const ParamCheck& p : r) {
+    INFO(p.name << ": rel " << p.worst_rel << " at " << p.worst_index << ": " << p.analytic << " vs " << p.numeric);
+    CHECK(p.ok);
+    CHECK(p.worst_rel < 1e-4);      // f32 rounding of the analytic gradient only
+    CHECK(p.worst_rel_f64 < 1e-6);  // the rules themselves, run in double
+    CHECK(p.worst_index >= 0);
+  }
+  CHECK(c.params.at("w1").to_vector() == before);
+}
+
+TEST_CASE("gradcheck_params catches a gradient that disagrees with the function") {
+  // f(x) = where(x > 0, x, x + 1): analytic 1, but the f64 step crosses the jump at 0.
+  Graph g;
+  Case c;
+  NodeId x = param_with(g, c, "x", {3}, {1e-7f, 0.5f, -0.7f});
+  NodeId f = op::where(g, op::compare(g, x, op::scalar(g, 0.f), Cmp::gt), x, op::add(g, x, op::scalar(g, 1.f)));
+  std::vector<ParamCheck> r = gradcheck_params(g, op::sum(g, f, 0), {x}, c.params);
+  REQUIRE(r.size() == 1);
+  CHECK_FALSE(r[0].ok);
+  CHECK(r[0].worst_index == 0);
+  CHECK(r[0].analytic == 1.0);
+  CHECK(r[0].numeric < -1000);  // the jump of -1 over 2h
+}
+
+TEST_CASE("gradcheck_params refuses what it cannot check") {
+  Graph g;
+  Case c;
+  NodeId p = param_rand(g, c, "p", {2});
+  NodeId x = op::input(g, "x", {2});
+  SUBCASE("an input instead of a parameter") {
+    NodeId loss = op::sum(g, op::mul(g, p, x), 0);
+    CHECK_THROWS_WITH_AS(gradcheck_params(g, loss, {x}, c.params, {{"x", Tensor({2})}}),
+                         doctest::Contains("checks parameters only"), GraphError);
+  }
+  SUBCASE("a graph with random nodes") {
+    NodeId loss = op::sum(g, op::mul(g, p, op::random(g, {2})), 0);
+    CHECK_THROWS_WITH_AS(gradcheck_params(g, loss, {p}, c.params), doctest::Contains("refuses random nodes"),
+                         GraphError);
   }
 }

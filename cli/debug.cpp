@@ -1,0 +1,229 @@
+// gradcheck, hvp and attention: each builds the reference GPT, reads or makes its weights and
+// batch, and prints one line per parameter (or writes SVG files).
+#include "cli/debug.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "autodiff/grad.h"
+#include "autodiff/grad_stats.h"
+#include "autodiff/gradcheck.h"
+#include "autodiff/hvp.h"
+#include "io/safetensors.h"
+#include "models/attention_maps.h"
+#include "models/char_lm.h"
+#include "models/gpt.h"
+#include "ops/eval_f64.h"
+#include "train/checkpoint.h"
+
+namespace gg::cli {
+namespace {
+
+using train::InputError;
+
+// The model's parameters (from --weights, or the initializers with `seed`) and one batch
+// (from --batch, or uniform random tokens and targets with `seed`).
+struct Setup {
+  models::GptConfig c;
+  train::Batch batch;
+  ParamStore params;
+  std::string described;  // "2x8 batch (random, seed 1), weights from the initializers (seed 1)"
+};
+
+Setup setup(const std::string& config, const std::string& weights, const std::string& batch, std::int64_t B,
+            std::uint64_t seed) {
+  Setup s;
+  s.c = models::load_gpt_config(config);
+  if (!batch.empty()) {
+    s.batch = models::read_gpt_batches(io::read_safetensors(batch), s.c, /*stacked=*/false)[0];
+  } else {
+    if (B < 1 || B > 64) throw InputError(fmt::format("--batch-size must be in [1, 64], got {}", B));
+    const std::int64_t T = s.c.block_size;
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<std::int32_t> tok(0, std::int32_t(s.c.vocab_size - 1));
+    std::vector<std::int32_t> x(std::size_t(B * T)), y(std::size_t(B * T));
+    for (auto& v : x) v = tok(rng);
+    for (auto& v : y) v = tok(rng);
+    s.batch = {{"tokens", Tensor::i32({B, T}, x)}, {"targets", Tensor::i32({B, T}, y)}};
+  }
+  const Shape& bt = s.batch.at("tokens").shape();
+  s.described = fmt::format("{}x{} batch ({}), weights {}", bt[0], bt[1],
+                            batch.empty() ? fmt::format("random, seed {}", seed) : batch,
+                            weights.empty() ? fmt::format("from the initializers (seed {})", seed) : weights);
+  if (!weights.empty()) train::load_params(s.params, train::read_tensors(weights), models::gpt_params(s.c), weights);
+  return s;
+}
+
+int run_gradcheck(const DebugCommands& d) {
+  const auto& a = d.gradcheck;
+  if (a.samples < 1) throw InputError(fmt::format("--samples must be >= 1, got {}", a.samples));
+  if (!(a.rtol > 0)) throw InputError(fmt::format("--rtol must be > 0, got {}", a.rtol));
+  Setup s = setup(a.config, a.weights, a.batch, a.batch_size, a.seed);
+  const Shape& bt = s.batch.at("tokens").shape();
+  Graph g;
+  models::Gpt m = models::build_gpt(g, s.c, bt[0], bt[1], /*with_loss=*/true, /*training=*/false);
+  if (a.weights.empty()) s.params.init_missing(g, a.seed);
+  std::vector<NodeId> ps;
+  for (const dsl::Expr& p : m.params) ps.push_back(p.id);
+  std::map<std::string, std::string> zero;
+  for (const ZeroGrad& z : structurally_zero_grads(g, m.loss.id, ps)) zero[z.name] = z.reason;
+  ParamCheckOptions o;
+  o.max_elements = a.samples;
+  o.rtol = a.rtol;
+  std::vector<ParamCheck> r = gradcheck_params(g, m.loss.id, ps, s.params, s.batch, o);
+  fmt::print("gradcheck {}: {}\n", a.config, s.described);
+  fmt::print("f32 gradients vs central differences of an f64 execution of the same graph, up to {} coordinates per "
+             "parameter; rel err = |a - n| / max(|a|, |n|, {:g}); 'f64 graph': the gradient graph itself run in f64\n",
+             a.samples, o.floor);
+  fmt::print("{:<28} {:<10} {:>7} {:>13} {:>13} {:>13} {:>12}\n", "parameter", "shape", "checked", "worst rel err",
+             "analytic", "numeric", "f64 graph");
+  int bad = 0;
+  double worst = 0;
+  for (const ParamCheck& p : r) {
+    bad += !p.ok;
+    worst = std::max(worst, p.worst_rel);
+    fmt::print("{:<28} {:<10} {:>7} {:>13.2e} {:>13.5e} {:>13.5e} {:>12.2e}{}{}\n", p.name, to_string(p.shape),
+               p.checked, p.worst_rel, p.analytic, p.numeric, p.worst_rel_f64, p.ok ? "" : "  FAIL",
+               zero.count(p.name) ? "  (structurally zero)" : "");
+  }
+  for (auto& [name, why] : zero) fmt::print("structurally zero: {}: {}\n", name, why);
+  if (bad) {
+    fmt::print("{} of {} parameters disagree (rel err > {:g})\n", bad, r.size(), a.rtol);
+    return 1;
+  }
+  fmt::print("all {} parameters agree (worst rel err {:.2e} <= {:g})\n", r.size(), worst, a.rtol);
+  return 0;
+}
+
+int run_hvp(const DebugCommands& d) {
+  const auto& a = d.hvp;
+  Setup s = setup(a.config, a.weights, a.batch, a.batch_size, a.seed);
+  const Shape& bt = s.batch.at("tokens").shape();
+  Graph g;
+  models::Gpt m = models::build_gpt(g, s.c, bt[0], bt[1], /*with_loss=*/true, /*training=*/false);
+  if (a.weights.empty()) s.params.init_missing(g, a.seed);
+  std::vector<NodeId> ps, vs;
+  std::map<std::string, Tensor> feeds = s.batch;
+  std::mt19937_64 rng(a.seed + 1);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (const dsl::Expr& p : m.params) {
+    ps.push_back(p.id);
+    const std::string name = "v." + p.name();
+    vs.push_back(op::input(g, name, p.shape()));
+    Tensor v(p.shape());
+    for (float& x : v.fspan()) x = normal(rng);
+    feeds[name] = v;
+  }
+  std::vector<NodeId> hv = hvp(g, m.loss.id, ps, vs);
+  std::vector<NodeId> gs = grad(g, m.loss.id, ps);
+  Executor ex(g, hv, s.params);
+  for (auto& [name, t] : feeds)
+    if (ex.has_input(name)) ex.set_input(name, t);
+  ex.run();
+  // The check: central differences of the f64 gradient along v.
+  const double eps = 1e-4;
+  F64Leaves plus = f64_leaves(s.params, feeds), minus = plus;
+  for (const dsl::Expr& p : m.params) {
+    const std::vector<double>& v = plus.at("v." + p.name()).v;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      plus.at(p.name()).v[i] += eps * v[i];
+      minus.at(p.name()).v[i] -= eps * v[i];
+    }
+  }
+  std::vector<F64Value> gp = eval_f64(g, gs, plus), gm = eval_f64(g, gs, minus);
+  fmt::print("hvp {}: {}; v ~ N(0, 1) (seed {})\n", a.config, s.described, a.seed + 1);
+  fmt::print("H v built as graph (grad of grad . v: {} nodes) vs central differences of the f64 gradient along v "
+             "(eps {:g})\n", g.size(), eps);
+  fmt::print("{:<28} {:<10} {:>12} {:>12}\n", "parameter", "shape", "|H v|", "rel err");
+  double vhv = 0, worst = 0, total_fd = 0;
+  std::vector<std::array<double, 3>> rows;  // |H v|, |H v - fd|, |fd| per parameter
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    Tensor h = ex.get(hv[k]);
+    const std::vector<double>& v = plus.at("v." + m.params[k].name()).v;
+    double nh = 0, diff = 0, nfd = 0;
+    for (std::int64_t i = 0; i < h.numel(); ++i) {
+      const double fd = (gp[k].v[std::size_t(i)] - gm[k].v[std::size_t(i)]) / (2 * eps);
+      nh += double(h.f()[i]) * h.f()[i];
+      nfd += fd * fd;
+      diff += (fd - h.f()[i]) * (fd - h.f()[i]);
+      vhv += double(h.f()[i]) * v[std::size_t(i)];
+    }
+    rows.push_back({std::sqrt(nh), std::sqrt(diff), std::sqrt(nfd)});
+    total_fd += nfd;
+  }
+  // Relative to the parameter's own |fd|, or to a thousandth of the whole |fd| when smaller
+  // (a structurally zero block, like the key bias, has only rounding on both sides).
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    const double rel = rows[k][1] / std::max({rows[k][2], 1e-3 * std::sqrt(total_fd), 1e-12});
+    worst = std::max(worst, rel);
+    fmt::print("{:<28} {:<10} {:>12.4e} {:>12.2e}\n", m.params[k].name(), to_string(m.params[k].shape()), rows[k][0],
+               rel);
+  }
+  fmt::print("v . H v = {:.6g}; worst rel err {:.2e}\n", vhv, worst);
+  return worst <= 1e-2 ? 0 : 1;
+}
+
+int run_attention(const DebugCommands& d) {
+  const auto& a = d.attention;
+  models::CharLmCheckpoint ck = models::load_char_lm(a.checkpoint);
+  models::AttentionMaps m = models::attention_maps(ck.config, ck.params, ck.vocab, a.prompt);
+  std::error_code ec;
+  std::filesystem::create_directories(a.out, ec);
+  if (ec) throw InputError(fmt::format("--out {}: cannot create the directory: {}", a.out, ec.message()));
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = (std::filesystem::path(a.out) / name).string();
+    std::ofstream f(path);
+    if (!(f << text)) throw InputError(fmt::format("{}: cannot write", path));
+    return path;
+  };
+  for (std::int64_t l = 0; l < m.n_layer; ++l)
+    for (std::int64_t h = 0; h < m.n_head; ++h) write(fmt::format("attention_l{}h{}.svg", l, h), models::attention_svg(m, l, h));
+  const std::string all = write("attention.svg", models::attention_svg(m));
+  fmt::print("{} characters, {} layers x {} heads: wrote {} and {} per-head files attention_l<L>h<H>.svg in {}\n", m.T,
+             m.n_layer, m.n_head, all, m.n_layer * m.n_head, a.out);
+  return 0;
+}
+
+}  // namespace
+
+void DebugCommands::add_to(CLI::App& app) {
+  auto& gc = gradcheck;
+  gradcheck_cmd = app.add_subcommand(
+      "gradcheck", "Check every parameter's gradient against central differences of an f64 execution of the model");
+  gradcheck_cmd->add_option("--config", gc.config, "Model config JSON")->required();
+  gradcheck_cmd->add_option("--weights", gc.weights, "Weights (safetensors; default: the initializers with --seed)");
+  gradcheck_cmd->add_option("--batch", gc.batch, "tokens and targets [B, T] (safetensors; default: random with --seed)");
+  gradcheck_cmd->add_option("--batch-size", gc.batch_size, "Rows of the random batch")->capture_default_str();
+  gradcheck_cmd->add_option("--seed", gc.seed, "Seed of the initial weights and the random batch")->capture_default_str();
+  gradcheck_cmd->add_option("--samples", gc.samples, "Coordinates checked per parameter (plus its largest gradient)")
+      ->capture_default_str();
+  gradcheck_cmd->add_option("--rtol", gc.rtol, "Largest relative error accepted")->capture_default_str();
+
+  auto& hc = hvp;
+  hvp_cmd = app.add_subcommand("hvp", "A Hessian-vector product of the model's loss, built as graph and checked");
+  hvp_cmd->add_option("--config", hc.config, "Model config JSON")->required();
+  hvp_cmd->add_option("--weights", hc.weights, "Weights (safetensors; default: the initializers with --seed)");
+  hvp_cmd->add_option("--batch", hc.batch, "tokens and targets [B, T] (safetensors; default: random with --seed)");
+  hvp_cmd->add_option("--batch-size", hc.batch_size, "Rows of the random batch")->capture_default_str();
+  hvp_cmd->add_option("--seed", hc.seed, "Seed of the weights, the batch and v")->capture_default_str();
+
+  auto& ac = attention;
+  attention_cmd = app.add_subcommand("attention", "SVG heatmaps of every layer's and head's attention weights on a prompt");
+  attention_cmd->add_option("--checkpoint", ac.checkpoint, "Checkpoint written by train")->required();
+  attention_cmd->add_option("--prompt", ac.prompt, "Text to look at (its last block_size characters)")->required();
+  attention_cmd->add_option("--out", ac.out, "Directory for the SVG files")->capture_default_str();
+}
+
+int DebugCommands::run() {
+  if (gradcheck_cmd && *gradcheck_cmd) return run_gradcheck(*this);
+  if (hvp_cmd && *hvp_cmd) return run_hvp(*this);
+  if (attention_cmd && *attention_cmd) return run_attention(*this);
+  return -1;
+}
+
+}  // namespace gg::cli

@@ -1,0 +1,37 @@
+// The structure of a node's tangent -- its derivative along one parameter direction --
+// without computing it: whether it is zero, and along which axes it is the same at every
+// index. Each primitive's rule maps its inputs' tangent structures to its output's; this
+// is what lets autodiff/structural.h tell a gradient that is zero by construction (no
+// path, a path only through step functions, or a shift that a softmax removes) from one
+// that happens to be small. Conservative: "not constant" is always a safe answer.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "graph.h"
+
+namespace gg {
+
+struct TangentShape {
+  bool zero = true;             // the node does not vary with the parameter through differentiable ops
+  std::vector<char> constant;   // per output axis (when !zero): the tangent is the same at every index
+  bool cancelled = false;       // zero because a shift constant along an axis is removed here (x - max(x))
+};
+
+// The tangent structure of node `id` from its inputs' (in[i] for input i; nullptr or a
+// zero tangent for an input that does not vary). The node is zero when no input varies or
+// its op has no gradient (compare, argmax). The one cancellation rule:
+//   sub(X, M) with M = max(X, axis k, keepdim) and X's tangent constant along k is zero,
+//   because max(X + c) = max(X) + c for any c constant along k: the max trick at the
+// start of softmax and log_softmax, which is why a per-row constant added to attention
+// scores (the key bias: q . b is the same for every key) has no effect on the loss.
+// A `where` whose other branch is a constant -inf (a mask fill) keeps its branch's
+// constant axes, since -inf + c = -inf.
+TangentShape propagate_tangent(const Graph& g, NodeId id, std::span<const TangentShape* const> in);
+
+// The tangent structure of a parameter along itself: non-zero, constant along no axis
+// (except axes of size 1).
+TangentShape seed_tangent(const Graph& g, NodeId param);
+
+}  // namespace gg

@@ -1,0 +1,124 @@
+// Tests for the executor's anomaly mode (ops/executor.h, set_detect_anomaly): the first
+// node, forward or backward, that makes a NaN or an Inf is named with its inputs' ranges.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include "ops/build.h"
+#include "ops/executor.h"
+#include "ops/op_rule.h"
+
+using namespace gg;
+
+namespace {
+std::string anomaly_of(Executor& ex) {
+  try {
+    ex.run();
+  } catch (const GraphError& e) {
+    return e.what();
+  }
+  return "";
+}
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+}  // namespace
+
+TEST_CASE("anomaly mode names a log of a negative number, with its input's range") {
+  Graph g;
+  ParamStore ps;
+  ps.set("x", Tensor::f32({3}, std::vector<float>{1.f, -2.f, 3.f}));
+  NodeId x = op::param(g, "x", {3}, Init{});
+  NodeId y = op::log(g, x);
+  NodeId loss = op::sum(g, y, 0);
+  Executor ex(g, {loss}, ps);
+  ex.run();  // off by default: the NaN flows into the loss silently
+  CHECK(std::isnan(ex.scalar(loss)));
+  ex.set_detect_anomaly(true);
+  const std::string msg = anomaly_of(ex);
+  INFO(msg);
+  CHECK(msg.rfind("log at test_executor_anomaly.cpp:", 0) == 0);
+  CHECK(has(msg, "forward node %" + std::to_string(y) + " f32(3,) holds 1 NaN and 0 Inf of 3 values"));
+  CHECK(has(msg, "input 0 %0 param f32(3,) 'x'"));
+  CHECK(has(msg, "min -2 max 3, 0 NaN, 0 Inf"));
+}
+
+TEST_CASE("anomaly mode traces a NaN planted in one weight to the first node that reads it") {
+  Graph g;
+  ParamStore ps;
+  ps.set("w1", Tensor::f32({2, 2}, std::vector<float>{0.5f, -1.f, 2.f, 0.25f}));
+  ps.set("w2", Tensor::f32({2, 2}, std::vector<float>{1.f, 0.f, std::nanf(""), 1.f}));
+  NodeId x = op::input(g, "x", {3, 2});
+  NodeId h = op::tanh(g, op::matmul(g, x, op::param(g, "w1", {2, 2}, Init{})));  // clean
+  NodeId w2 = op::param(g, "w2", {2, 2}, Init{});
+  NodeId first;
+  {
+    NameScope s(g, "second");
+    first = op::matmul(g, h, w2);  // the first reader of w2
+  }
+  NodeId loss = op::sum(g, op::reshape(g, op::exp(g, first), {-1}), 0);
+  Executor ex(g, {loss}, ps);
+  ex.set_input("x", std::vector<float>{1, 2, 3, 4, 5, 6});
+  ex.set_detect_anomaly(true);
+  const std::string msg = anomaly_of(ex);
+  INFO(msg);
+  CHECK(msg.rfind("matmul at test_executor_anomaly.cpp:", 0) == 0);
+  CHECK(has(msg, "('second'): anomaly"));
+  CHECK(has(msg, "forward node %" + std::to_string(first) + " f32(3, 2) holds 3 NaN"));
+  CHECK(has(msg, "input 1 %" + std::to_string(w2) + " param f32(2, 2) 'w2'"));
+  CHECK(has(msg, "min 0 max 1, 1 NaN, 0 Inf"));
+}
+
+TEST_CASE("anomaly mode names a backward node: the gradient of sqrt at 0 is infinite") {
+  Graph g;
+  ParamStore ps;
+  ps.set("x", Tensor::f32({2}, std::vector<float>{0.f, 4.f}));
+  NodeId x = op::param(g, "x", {2}, Init{});
+  NodeId loss = op::sum(g, op::sqrt(g, x), 0);
+  // d sqrt(x) = g / (2 sqrt(x)), built by hand as the gradient rule does, named as grad() names it.
+  NodeId gx;
+  {
+    NameScope s(g, "grad(x)", true);
+    gx = op::div(g, op::expand(g, op::scalar(g, 1.f), {2}), op::mul(g, op::scalar(g, 2.f), g.node(loss).inputs[0]));
+  }
+  Executor ex(g, {loss, gx}, ps);
+  ex.set_detect_anomaly(true);
+  const std::string msg = anomaly_of(ex);
+  INFO(msg);
+  CHECK(msg.rfind("div at test_executor_anomaly.cpp:", 0) == 0);
+  CHECK(has(msg, "('grad(x)'): anomaly: the first non-finite value of this run: backward node"));
+  CHECK(has(msg, "holds 0 NaN and 1 Inf of 2 values"));
+}
+
+TEST_CASE("anomaly mode lets a mask's -inf flow through where and the softmax") {
+  Graph g;
+  ParamStore ps;
+  ps.set("s", Tensor::f32({2, 2}, std::vector<float>{0.3f, 0.9f, -0.2f, 0.4f}));
+  NodeId s = op::param(g, "s", {2, 2}, Init{});
+  NodeId mask = op::constant(g, {1, 0, 1, 1}, {2, 2});
+  NodeId filled = op::where(g, mask, s, op::scalar(g, -std::numeric_limits<float>::infinity()));
+  NodeId e = op::exp(g, op::sub(g, filled, op::max(g, filled, 1, true)));
+  NodeId w = op::div(g, e, op::sum(g, e, 1, true));
+  NodeId loss = op::sum(g, op::reshape(g, op::mul(g, w, w), {-1}), 0);
+  Executor ex(g, {loss}, ps);
+  ex.set_detect_anomaly(true);
+  CHECK(anomaly_of(ex) == "");
+  CHECK(std::isfinite(ex.scalar(loss)));
+}
+
+TEST_CASE("GG_DETECT_ANOMALY=1 turns anomaly mode on for executors built afterwards") {
+  Graph g;
+  ParamStore ps;
+  NodeId c = op::scalar(g, 1.f);
+  NodeId y = op::neg(g, c);
+  ::setenv("GG_DETECT_ANOMALY", "1", 1);
+  Executor on(g, {y}, ps);
+  ::setenv("GG_DETECT_ANOMALY", "0", 1);
+  Executor off(g, {y}, ps);
+  ::unsetenv("GG_DETECT_ANOMALY");
+  Executor unset(g, {y}, ps);
+  CHECK(on.detect_anomaly());
+  CHECK_FALSE(off.detect_anomaly());
+  CHECK_FALSE(unset.detect_anomaly());
+}
