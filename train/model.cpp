@@ -147,6 +147,7 @@ Model::Plan& Model::plan(const Batch& b, bool training) {
     outs.insert(outs.end(), p->grads.begin(), p->grads.end());
   }
   p->ex = std::make_unique<Executor>(*p->g, outs, params_);
+  if (detect_anomaly_) p->ex->set_detect_anomaly(true);
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
@@ -195,6 +196,18 @@ View Model::train_output(const std::string& name) const {
 }
 
 Executor& Model::plan_for(const Batch& b, bool training) { return *plan(b, training).ex; }
+
+void Model::set_detect_anomaly(bool on) {
+  detect_anomaly_ = on;
+  for (auto& [key, p] : plans_) p->ex->set_detect_anomaly(on);
+}
+
+std::vector<ZeroGrad> Model::structurally_zero(const Batch& b) {
+  Plan& p = plan(b, true);
+  std::vector<NodeId> params;
+  for (const std::string& name : p.names) params.push_back(p.g->find(name, OpKind::param));
+  return structurally_zero_grads(*p.g, p.outs.loss.id, params);
+}
 
 Executor& Model::last_train_plan() {
   if (!last_train_) throw InputError(fmt::format("model '{}': no forward_backward() has run yet", kind_));

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "../autodiff/grad_stats.h"
 #include "../autodiff/optim.h"
 #include "../dsl/expr.h"
 #include "../ops/executor.h"
@@ -104,6 +105,13 @@ class Model {
   Executor& last_train_plan();
   // The plan for a batch's shapes (built and cached if new), without running it.
   Executor& plan_for(const Batch& b, bool training);
+
+  // Anomaly mode for every plan, built or to be built: the first node whose output holds a
+  // NaN (or makes an Inf) stops the run with a GraphError naming it (ops/executor.h).
+  void set_detect_anomaly(bool on);
+  // The parameters whose gradient is zero by construction in the training plan of `b`, with
+  // the reason (autodiff/grad_stats.h), each once.
+  std::vector<ZeroGrad> structurally_zero(const Batch& b);
   // Builds a plan's graph without running it: for listings and tests.
   std::unique_ptr<Graph> graph_for(const Batch& b, bool training, ModelOutputs* outs = nullptr) const;
 
@@ -120,6 +128,7 @@ class Model {
   std::unique_ptr<Graph> decl_graph_;  // the graph that declared the table (for init_params)
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   Plan* last_train_ = nullptr;
+  bool detect_anomaly_ = false;
   std::mt19937_64 rng_{0};
 };
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -36,7 +37,12 @@ const OptionTable<TrainOptions>& TrainOptions::table() {
        opt("final_eval_iters", &T::final_eval_iters, "Validation batches for the final evaluation").at_least(1).at_most(1e6),
        opt("seed", &T::seed, "Random seed (weights, data order, dropout)").at_least(0),
        opt("resume", &T::resume, "Continue from <out_dir>/checkpoint.safetensors"),
-       opt("quiet", &T::quiet, "No progress bar")},
+       opt("quiet", &T::quiet, "No progress bar"),
+       opt("detect_anomaly", &T::detect_anomaly,
+           "Stop at the first node (forward or backward) whose output holds a NaN or a new Inf, naming it"),
+       opt("grad_stats", &T::grad_stats,
+           "Gradient statistics per parameter and step (norm, max, zeros) in grad_stats.csv and the log; "
+           "flags parameters whose gradient is zero by construction")},
       [](const T& o) -> std::pair<std::string, std::string> {
         if (o.min_lr > o.lr) return {"min_lr", fmt::format("{} is above lr = {}", o.min_lr, o.lr)};
         return {};
@@ -149,6 +155,10 @@ class Run {
     const Executor& plan = m_.plan_for(first, /*training=*/true);  // built now: its size is known up front
     fmt::print(out_, "plan: {} steps, arena {:.1f} MiB (without reuse {:.1f} MiB)\n", plan.order().size(),
                double(plan.arena_bytes()) / (1 << 20), double(plan.unshared_bytes()) / (1 << 20));
+    if (o_.detect_anomaly) fmt::print(out_, "anomaly mode: every node's output is checked for NaN and Inf\n");
+    if (o_.grad_stats)
+      for (const ZeroGrad& z : m_.structurally_zero(first))
+        fmt::print(out_, "note: the gradient of '{}' is zero by construction: {}\n", z.name, z.reason);
     std::fflush(out_);  // before the progress bar (stderr) starts
   }
 
@@ -157,6 +167,7 @@ class Run {
     Batch b = data_.train(rng_);
     const double loss = m_.forward_backward(b);
     std::vector<ParamGrad> pg = m_.grads();
+    if (o_.grad_stats && std::isfinite(loss)) record_stats(step + 1, grad_stats(pg, o_.clip));
     const double norm = std::isfinite(loss) ? clip_grad_norm(pg, o_.clip) : NAN;
     if (!std::isfinite(loss) || !std::isfinite(norm)) diverged(step + 1, loss, norm);
     optim_->step(pg, cosine_lr(step, o_.warmup, o_.steps, o_.lr, o_.min_lr));
@@ -175,15 +186,26 @@ class Run {
     for (auto& [name, v] : res_.metrics) add_point(name, step, v);
   }
 
-  // "step   250: train loss 2.4355, val loss 2.4402, accuracy 0.9123"
+  // "step   250: train loss 2.4355, val loss 2.4402, accuracy 0.9123", and with grad_stats
+  // the norms before and after clipping and the three largest per-parameter norms.
   std::string report_line(std::int64_t step) const {
     std::string line = fmt::format("step {:>5}: train loss {:.4f}", step, ema_);
     if (data_.val) line += fmt::format(", val loss {:.4f}", res_.final_val_loss);
     for (auto& [name, v] : res_.metrics) line += fmt::format(", {} {:.4f}", name, v);
+    if (o_.grad_stats && !last_stats_.params.empty()) {
+      line += fmt::format("; grad norm {:.4g} (clipped {:.4g})", last_stats_.global_norm, last_stats_.clipped_norm);
+      std::vector<const ParamGradStats*> top;
+      for (const ParamGradStats& p : last_stats_.params) top.push_back(&p);
+      std::partial_sort(top.begin(), top.begin() + std::ptrdiff_t(std::min<std::size_t>(3, top.size())), top.end(),
+                        [](auto* a, auto* b) { return a->norm > b->norm; });
+      for (std::size_t i = 0; i < std::min<std::size_t>(3, top.size()); ++i)
+        line += fmt::format(", {} {:.3g}", top[i]->name, top[i]->norm);
+    }
     return line;
   }
 
   void save(std::int64_t step) {
+    if (o_.grad_stats) write_stats();
     save_checkpoint(ck_path_, Checkpoint{m_.kind(), m_.options_json(), m_.params().all(), o_.optimizer,
                                          optim_->state(), step, TrainOptions::table().to_json(&o_),
                                          rng_text(rng_, m_.rng()), curves_, info_.metadata});
@@ -197,6 +219,7 @@ class Run {
     save(o_.steps);
     write_curves(o_.out_dir, info_.title, curves_);
     res_.curves = curves_;
+    if (o_.grad_stats) fmt::print(out_, "wrote {}/grad_stats.csv\n", o_.out_dir);
     fmt::print(out_, "trained {} steps in {:.1f} s ({:.0f} {}/s)\n", res_.steps, seconds, res_.items_per_sec,
                data_.item_name);
     fmt::print(out_, "wrote {}, {}/loss.csv, {}/loss.svg{}\n", ck_path_, o_.out_dir, o_.out_dir,
@@ -211,6 +234,24 @@ class Run {
   std::int64_t items() const { return items_; }
 
  private:
+  // One step's gradient statistics, kept for grad_stats.csv (long format, like loss.csv).
+  void record_stats(std::int64_t step, GradStats s) {
+    for (const ParamGradStats& p : s.params)
+      stats_rows_ += fmt::format("{},{},{},{},{},{}\n", step, p.name, p.norm, p.max_abs, p.zero_fraction, p.nonfinite);
+    stats_rows_ += fmt::format("{},(global),{},,,\n{},(global clipped),{},,,\n", step, s.global_norm, step,
+                               s.clipped_norm);
+    last_stats_ = std::move(s);
+  }
+  void write_stats() const {
+    const std::string path = o_.out_dir + "/grad_stats.csv", tmp = path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) throw InputError(fmt::format("{}: cannot write", tmp));
+    const std::string text = "step,parameter,norm,max_abs,zero_fraction,nonfinite\n" + stats_rows_;
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (std::fclose(f) != 0 || !ok) throw InputError(fmt::format("{}: write failed", tmp));
+    std::filesystem::rename(tmp, path);
+  }
+
   void add_point(const std::string& name, std::int64_t step, double y) {
     Series* s = series(curves_, name);
     s->x.push_back(double(step));
@@ -241,6 +282,8 @@ class Run {
   FitResult res_;
   std::int64_t items_ = 0;
   double ema_ = NAN;  // of the training loss, for the progress line
+  GradStats last_stats_;
+  std::string stats_rows_;
 };
 
 }  // namespace
@@ -255,6 +298,7 @@ FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const 
   std::filesystem::create_directories(o.out_dir);
   const std::int64_t start = o.resume ? run.resume() : 0;
   if (!o.resume) m.rng().seed(std::uint64_t(o.seed) + 1);
+  m.set_detect_anomaly(o.detect_anomaly);
   m.init_params(std::uint64_t(o.seed));  // only parameters not loaded or set by the user
   run.print_header(first);
 

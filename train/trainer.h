@@ -42,6 +42,8 @@ struct TrainOptions {
   std::int64_t seed = 1337;           // initial weights, data order, dropout
   bool resume = false;                // continue from <out_dir>/checkpoint.safetensors
   bool quiet = false;                 // no progress bar (evaluations print as lines)
+  bool detect_anomaly = false;        // stop at the first node that makes a NaN or an Inf, naming it
+  bool grad_stats = false;            // per-parameter gradient statistics: grad_stats.csv, the log
   static const OptionTable<TrainOptions>& table();
 };
 

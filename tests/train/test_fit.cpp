@@ -235,3 +235,49 @@ TEST_CASE("fit: bad options and data sources are refused before any step") {
   CHECK(contains(error_of([&] { quiet_fit(m, train::DataSource{}, o); }), "no training batches"));
   CHECK_FALSE(fs::exists(dir.file("run/checkpoint.safetensors")));
 }
+
+TEST_CASE("fit: gradient statistics on request, and anomaly mode names the node that made a NaN") {
+  TempDir dir;
+  train::TrainOptions o = options(dir.file("run"));
+  o.steps = 20;
+  o.eval_interval = 10;
+  o.grad_stats = true;
+  // A parameter the loss never reads: flagged once, by name, with the reason.
+  train::Model m("mlp_spare", [](train::ModelInputs& in) {
+    Expr pred = linear(tanh(linear(in["x"], 8, "fc1")), 1, "fc2");
+    (void)param(in.graph(), "spare", {3}, normal_init(0.1f));
+    Expr err = pred - in["y"];
+    return train::ModelOutputs{mean_all(err * err)};
+  });
+  std::string report;
+  quiet_fit(m, source(), o, {}, &report);
+  CHECK(contains(report, "note: the gradient of 'spare' is zero by construction"));
+  CHECK(contains(report, "grad norm"));
+  const std::string csv = read_all(dir.file("run/grad_stats.csv"));
+  CHECK(csv.rfind("step,parameter,norm,max_abs,zero_fraction,nonfinite\n", 0) == 0);
+  CHECK(contains(csv, "\n20,fc1.weight,"));
+  CHECK(contains(csv, "\n20,spare,0,0,1,0\n"));  // all zeros
+  CHECK(contains(csv, "\n20,(global clipped),"));
+
+  // A NaN planted in a weight after step 5 is traced to the first node that reads it.
+  train::TrainOptions a = options(dir.file("anomaly"));
+  a.steps = 10;
+  a.detect_anomaly = true;
+  train::Model n = mlp();
+  train::DataSource d = source();
+  std::int64_t calls = 0;
+  d.train = [&](std::mt19937_64& rng) {
+    if (++calls == 6) n.params().at("fc2.weight").f()[3] = NAN;
+    return random_batch(rng, 16);
+  };
+  std::string msg;
+  try {
+    quiet_fit(n, d, a);
+  } catch (const GraphError& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  CHECK(contains(msg, "anomaly"));
+  CHECK(contains(msg, "fc2"));
+  CHECK(contains(msg, "1 NaN"));
+}
