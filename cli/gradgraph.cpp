@@ -1,6 +1,6 @@
-// The `gradgraph` command: train (the main job), sample, grad and replay (the reference
-// model's command-line contract, docs/reference-model.md), and inspect (print the forward
-// and gradient graphs of a model). Every user mistake ends in one line on stderr and a
+// The `gradgraph` command: train (the main job), train-vit (a Vision Transformer on the 8x8
+// digits), sample, grad and replay (the reference model's command-line contract,
+// docs/reference-model.md), and inspect (print the forward and gradient graphs of a model). Every user mistake ends in one line on stderr and a
 // non-zero exit.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "models/char_lm.h"
 #include "models/gpt.h"
+#include "models/vit.h"
 #include "ops/parallel.h"
 #include "train/checkpoint.h"
 #include "train/replay.h"
@@ -171,6 +172,17 @@ int main(int argc, char** argv) {
   auto* tr = app.add_subcommand("train", "Train the character-level transformer (defaults: tinyshakespeare, 2000 steps)");
   train_flags.add_to(tr, {"vocab_size"});
 
+  // train-vit: the ViT job; its flags come from its three option tables (image size and
+  // classes are the data's; the whole test set is evaluated, so no eval-iters flags).
+  models::VitConfig vit_model;
+  models::VitJobOptions vit_job;
+  train::TrainOptions vit_run = models::vit_train_defaults();
+  TableFlags vit_flags{{train::bind(vit_job), train::bind(vit_model), train::bind(vit_run)}, {}, {}};
+  auto* tv = app.add_subcommand("train-vit",
+                                "Train a Vision Transformer on the 8x8 handwritten digits (prints test accuracy and "
+                                "the confusion matrix)");
+  vit_flags.add_to(tv, {"image_size", "n_classes", "eval_iters", "final_eval_iters"});
+
   // sample
   SampleCmd sa;
   auto* sm = app.add_subcommand("sample", "Generate text from a checkpoint");
@@ -227,7 +239,7 @@ int main(int argc, char** argv) {
       const std::string first = app.remaining().front();
       msg = first.rfind("-", 0) == 0
                 ? fmt::format("unknown option '{}'", first)
-                : fmt::format("unknown subcommand '{}' (expected train, sample, grad, replay or inspect)", first);
+                : fmt::format("unknown subcommand '{}' (expected train, train-vit, sample, grad, replay or inspect)", first);
     }
     for (char& ch : msg)
       if (ch == '\n') ch = ' ';
@@ -239,6 +251,11 @@ int main(int argc, char** argv) {
     if (*tr) {
       train_flags.apply();
       models::run_char_lm(job, model, run);
+      return 0;
+    }
+    if (*tv) {
+      vit_flags.apply();
+      models::run_vit(vit_job, vit_model, vit_run);
       return 0;
     }
     if (*sm) return run_sample(sa);
