@@ -39,6 +39,8 @@
 #include "train/replay.h"
 #include "train/trainer.h"
 
-// models: the reference GPT and the char-LM job, declared with the DSL as a user would
+// models: the reference GPT and the char-LM job, the ViT and the digits job, declared with the DSL as a user would
 #include "models/char_lm.h"
+#include "models/digits.h"
 #include "models/gpt.h"
+#include "models/vit.h"
