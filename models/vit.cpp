@@ -54,12 +54,6 @@ const train::OptionTable<VitConfig>& VitConfig::table() {
 
 std::string to_json(const VitConfig& c) { return VitConfig::table().to_json(&c); }
 
-VitConfig parse_vit_config(const std::string& text, const std::string& source) {
-  VitConfig c;
-  train::read_json(text, source, {train::bind(c)});
-  return c;
-}
-
 Vit build_vit(const VitConfig& c, Expr images, std::optional<Expr> labels, bool training) {
   VitConfig::table().validate(&c, "vit");
   Graph& g = *images.g;

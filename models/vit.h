@@ -32,7 +32,7 @@ struct VitConfig {
   float pos_scale = 1.f;
   // Std of the patch projection's weights; 0 = 1/sqrt(patch * patch) (the fan-in), so a
   // patch's embedding is of the order of its pixels, not drowned by the position table:
-  // at N(0, 0.02) a unit table is ~50x larger than a 2x2 patch's embedding, and that ViT
+  // at N(0, 0.02) a unit table is tens of times larger than a 2x2 patch's embedding, and that ViT
   // learns slowly (issue 7).
   float patch_init = 0.f;
   float dropout = 0.f;           // on attention weights and on the embedded patches, in training
@@ -41,7 +41,6 @@ struct VitConfig {
 };
 
 std::string to_json(const VitConfig& c);
-VitConfig parse_vit_config(const std::string& json_text, const std::string& source);
 
 struct Vit {
   dsl::Expr logits;  // (B, n_classes)

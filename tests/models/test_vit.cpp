@@ -251,7 +251,7 @@ TEST_CASE("vit: short training runs of the job beat chance by far, both patch si
 }
 
 TEST_CASE("vit: issue 7: a patch-2 ViT learns with the default patch init, not at N(0, 0.02) under a unit table") {
-  // The unit sinusoidal table is ~50x larger than a 2x2 patch embedded at N(0, 0.02): the
+  // The unit sinusoidal table is tens of times larger than a 2x2 patch embedded at N(0, 0.02): the
   // pixels are drowned and the same short run stays near chance. The default init
   // (1/sqrt(fan_in) = 0.5) keeps them audible. (Measured: about 0.53 vs 0.20.)
   TempDir dir;
