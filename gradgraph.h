@@ -48,8 +48,11 @@
 #include "train/replay.h"
 #include "train/trainer.h"
 
-// models: the reference GPT, the char-LM job and the encoder-decoder, declared with the DSL as a user would
+// models: the reference GPT, the char-LM job, the encoder-decoder, the ViT and the digits job,
+// declared with the DSL as a user would
 #include "models/attention_maps.h"
 #include "models/char_lm.h"
+#include "models/digits.h"
 #include "models/gpt.h"
 #include "models/seq2seq.h"
+#include "models/vit.h"

@@ -1,6 +1,7 @@
-// The `gradgraph` command: train (the main job), train-seq2seq (the encoder-decoder), sample, grad and replay (the reference
-// model's command-line contract, docs/reference-model.md), and inspect (print the forward
-// and gradient graphs of a model). Every user mistake ends in one line on stderr and a
+// The `gradgraph` command: train (the main job), train-vit (a Vision Transformer on the 8x8
+// digits), train-seq2seq (the encoder-decoder), sample, grad and replay (the reference
+// model's command-line contract, docs/reference-model.md), inspect, gradcheck, hvp and
+// attention (look inside a model and its gradients). Every user mistake ends in one line on stderr and a
 // non-zero exit.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -21,6 +22,7 @@
 #include "models/char_lm.h"
 #include "models/gpt.h"
 #include "models/seq2seq.h"
+#include "models/vit.h"
 #include "ops/parallel.h"
 #include "ops/simplify.h"
 #include "train/checkpoint.h"
@@ -301,6 +303,17 @@ int main(int argc, char** argv) {
                                  "Train the encoder-decoder transformer (defaults: English number words to digits)");
   s2s_flags.add_to(s2s, {"src_vocab", "tgt_vocab", "max_src_len", "max_tgt_len"});
 
+  // train-vit: the ViT job; its flags come from its three option tables (image size and
+  // classes are the data's; the whole test set is evaluated, so no eval-iters flags).
+  models::VitConfig vit_model;
+  models::VitJobOptions vit_job;
+  train::TrainOptions vit_run = models::vit_train_defaults();
+  TableFlags vit_flags{{train::bind(vit_job), train::bind(vit_model), train::bind(vit_run)}, {}, {}};
+  auto* tv = app.add_subcommand("train-vit",
+                                "Train a Vision Transformer on the 8x8 handwritten digits (prints test accuracy and "
+                                "the confusion matrix)");
+  vit_flags.add_to(tv, {"image_size", "n_classes", "eval_iters", "final_eval_iters"});
+
   // sample
   SampleCmd sa;
   auto* sm = app.add_subcommand("sample", "Generate text from a checkpoint");
@@ -369,7 +382,7 @@ int main(int argc, char** argv) {
       const std::string first = app.remaining().front();
       msg = first.rfind("-", 0) == 0
                 ? fmt::format("unknown option '{}'", first)
-                : fmt::format("unknown subcommand '{}' (expected train, train-seq2seq, sample, grad, replay, inspect, gradcheck, hvp or attention)", first);
+                : fmt::format("unknown subcommand '{}' (expected train, train-vit, train-seq2seq, sample, grad, replay, inspect, gradcheck, hvp or attention)", first);
     }
     for (char& ch : msg)
       if (ch == '\n') ch = ' ';
@@ -386,6 +399,11 @@ int main(int argc, char** argv) {
     if (*s2s) {
       s2s_flags.apply();
       models::run_seq2seq(s2s_job, s2s_model, s2s_run);
+      return 0;
+    }
+    if (*tv) {
+      vit_flags.apply();
+      models::run_vit(vit_job, vit_model, vit_run);
       return 0;
     }
     if (*sm) return run_sample(sa);
