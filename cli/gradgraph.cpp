@@ -34,14 +34,6 @@ using gg::train::InputError;
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw InputError(fmt::format("{}: cannot open", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // Flags generated from option tables: each option of each set becomes --name-with-dashes,
 // with its help, kind and default. The texts are applied after parsing, over a --config
 // file's values, so flags win over the file.
@@ -67,7 +59,7 @@ struct TableFlags {
   }
   // The --config file, then the flags.
   void apply() {
-    if (!config.empty()) train::read_json(read_text(config), config, sets);
+    if (!config.empty()) train::read_json_file(config, sets);
     for (auto& [name, text] : given) train::set_from_text(sets, name, text);
     for (const train::BoundOptions& b : sets) b.list->validate(b.target, "options");
   }

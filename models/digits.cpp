@@ -1,12 +1,15 @@
 // The digits loader and the fixed split.
 #include "models/digits.h"
 
+#include "io/read_file.h"
+
 #include <fmt/format.h>
 
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <random>
 #include <string_view>
 #include <utility>
@@ -25,8 +28,12 @@ Digits load_digits(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw InputError(fmt::format("{}: no such file", path));
   if (fs::is_directory(path, ec)) throw InputError(fmt::format("{}: is a directory, not a digits CSV", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot open", path));
+  std::istringstream in;
+  try {
+    in.str(io::read_file(path, std::size_t(64) << 20, "digits CSV"));
+  } catch (const io::Error& e) {
+    throw InputError(e.what());
+  }
   Digits d;
   std::string line;
   std::vector<std::string_view> fields;

@@ -45,11 +45,9 @@ GptConfig parse_gpt_config(const std::string& text, const std::string& source) {
 }
 
 GptConfig load_gpt_config(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) throw InputError(fmt::format("{}: cannot open config file", path));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_gpt_config(ss.str(), path);
+  GptConfig c;
+  train::read_json_file(path, {train::bind(c)}, /*require_all=*/true);
+  return c;
 }
 
 std::string to_json(const GptConfig& c) { return GptConfig::table().to_json(&c); }

@@ -6,7 +6,9 @@
 #include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
-#include <set>
+
+#include "io/json.h"
+#include "io/read_file.h"
 
 namespace gg::train {
 
@@ -168,24 +170,12 @@ OptionValue from_json(const json& v) {
 
 void read_json(const std::string& text, const std::string& source, const std::vector<BoundOptions>& sets,
                bool require_all) {
-  // Duplicate keys are refused while parsing: one set of keys per open object.
-  std::vector<std::set<std::string>> open;
-  std::string duplicate;
   json j;
   try {
-    j = json::parse(text, [&](int depth, json::parse_event_t ev, json& parsed) {
-      if (depth > 32) throw std::runtime_error("nested deeper than 32 levels");
-      if (ev == json::parse_event_t::object_start) open.emplace_back();
-      else if (ev == json::parse_event_t::object_end) open.pop_back();
-      else if (ev == json::parse_event_t::key && !open.empty() && !open.back().insert(parsed.get<std::string>()).second &&
-               duplicate.empty())
-        duplicate = parsed.get<std::string>();
-      return true;
-    });
-  } catch (const std::exception& e) {
-    throw InputError(fmt::format("{}: not valid JSON: {}", source, cut(e.what(), 160)));
+    j = io::parse_json_strict(text, source, /*max_depth=*/32);  // duplicate keys, depth, NUL, BOM
+  } catch (const io::Error& e) {
+    throw InputError(e.what());
   }
-  if (!duplicate.empty()) throw InputError(fmt::format("{}: key '{}' appears twice", source, cut(duplicate)));
   if (!j.is_object()) throw InputError(fmt::format("{}: must be a JSON object of options", source));
   std::vector<std::string> known;
   for (const BoundOptions& b : sets)
@@ -223,6 +213,16 @@ void read_json(const std::string& text, const std::string& source, const std::ve
 void read_json(const std::string& text, const std::string& source, std::initializer_list<BoundOptions> sets,
                bool require_all) {
   read_json(text, source, std::vector<BoundOptions>(sets), require_all);
+}
+
+void read_json_file(const std::string& path, const std::vector<BoundOptions>& sets, bool require_all) {
+  std::string text;
+  try {
+    text = io::read_file(path, std::size_t(16) << 20, "options file");
+  } catch (const io::Error& e) {
+    throw InputError(e.what());
+  }
+  read_json(text, path, sets, require_all);
 }
 
 void set_from_text(const std::vector<BoundOptions>& sets, const std::string& name, const std::string& text) {

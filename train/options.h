@@ -172,6 +172,10 @@ void read_json(const std::string& text, const std::string& source, std::initiali
 void read_json(const std::string& text, const std::string& source, const std::vector<BoundOptions>& sets,
                bool require_all = false);
 
+// The same from a file: a regular file of at most 16 MiB (a FIFO, a directory, /dev/zero
+// or a huge file is refused with one line, never read without bound).
+void read_json_file(const std::string& path, const std::vector<BoundOptions>& sets, bool require_all = false);
+
 // Sets option `name` of the first set that has it from command-line text; throws
 // InputError naming `--name-with-dashes` for a bad value, and for an unknown name.
 void set_from_text(const std::vector<BoundOptions>& sets, const std::string& name, const std::string& text);

@@ -134,7 +134,11 @@ class Run {
     if (ck.step > o_.steps)
       throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond --steps {}", ck_path_, ck.step, o_.steps));
     load_params(m_.params(), ck.params, m_.param_table(), ck_path_);
-    optim_->load_state(ck.optim_state, ck.step, param_shapes(m_.params()));
+    try {
+      optim_->load_state(ck.optim_state, ck.step, param_shapes(m_.params()));
+    } catch (const std::exception& e) {  // the optimizer names the state; this names the file
+      throw InputError(fmt::format("{}: {}", ck_path_, e.what()));
+    }
     restore_rngs(ck.rng_state, ck_path_, rng_, m_.rng());
     TrainOptions saved;
     read_json(ck.train_options, ck_path_ + " (train_options)", {bind(saved)});

@@ -113,8 +113,8 @@ TEST_CASE("parse_config refuses bad configs, naming the key") {
   SUBCASE("duplicate keys, deep nesting, values beyond float") {
     std::string dup = kValid.dump();
     dup.insert(1, "\"n_head\": 2, ");
-    CHECK(contains(config_error(dup), "key 'n_head' appears twice"));
-    CHECK(contains(config_error(std::string(100000, '[') + std::string(100000, ']')), "not valid JSON"));
+    CHECK(contains(config_error(dup), "duplicate key 'n_head'"));
+    CHECK(contains(config_error(std::string(100000, '[') + std::string(100000, ']')), "nests deeper than 32 levels"));
     json j = kValid;
     j["layernorm_eps"] = 1e300;  // infinite as float32
     CHECK(contains(config_error(j.dump()), "key 'layernorm_eps'"));
@@ -260,7 +260,7 @@ TEST_CASE("TrainOptions and GptConfig read from one JSON object") {
   CHECK(contains(options_error(R"({"steps": 99999999999999999999})"), "key 'steps'"));
   CHECK(contains(options_error(R"({"seed": -1})"), "key 'seed'"));
   CHECK(contains(options_error(R"({"weight_decay": 1e400})"), "not valid JSON"));
-  CHECK(contains(options_error(R"({"steps": 1, "steps": 2})"), "key 'steps' appears twice"));
+  CHECK(contains(options_error(R"({"steps": 1, "steps": 2})"), "duplicate key 'steps'"));
   CHECK(contains(options_error(R"({"lr": "fast"})"), "key 'lr'"));
   CHECK(contains(options_error(R"({"optimizer": 3})"), "key 'optimizer'"));
   CHECK(contains(options_error("{"), "not valid JSON"));

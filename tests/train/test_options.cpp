@@ -72,7 +72,7 @@ TEST_CASE("options: JSON in and out, every value checked") {
   CHECK(MlpOptions::table().to_json(&p) == text);
 
   CHECK(contains(json_error(R"({"hiden": 8})"), "mlp.json: unknown key 'hiden' (did you mean 'hidden'?)"));
-  CHECK(contains(json_error(R"({"hidden": 8, "hidden": 9})"), "key 'hidden' appears twice"));
+  CHECK(contains(json_error(R"({"hidden": 8, "hidden": 9})"), "duplicate key 'hidden'"));
   CHECK(contains(json_error(R"({"hidden": 0})"), "key 'hidden': must be an integer in [1, 4096], got 0"));
   CHECK(contains(json_error(R"({"hidden": 2.5})"), "key 'hidden': must be an integer"));
   CHECK(contains(json_error(R"({"hidden": 18446744073709551615})"), "key 'hidden'"));
