@@ -10,6 +10,7 @@
 #include "ops/build.h"
 #include "ops/eval_f64.h"
 #include "ops/executor.h"
+#include "ops/fuse.h"
 #include "ops/graph.h"
 #include "ops/op_rule.h"
 #include "ops/shape.h"

@@ -1,5 +1,7 @@
-// SGD, AdamW, clipping and the learning-rate schedule: plain loops over each parameter,
-// element by element, in the order PyTorch evaluates them (so results match to rounding).
+// SGD, AdamW, clipping and the learning-rate schedule: element by element, in the order
+// PyTorch evaluates them (so results match to rounding). Each is one parallel pass over all
+// parameters at once, cut into fixed chunks (grad_chunk values), so small parameters do not
+// each pay for a pass of their own and the norm's summation order never depends on threads.
 #include "autodiff/optim.h"
 
 #include <fmt/format.h>
@@ -27,6 +29,37 @@ const char* kind_of_prefix(const std::string& prefix) {
   if (prefix == "adam_m" || prefix == "adam_v") return "adamw";
   if (prefix == "momentum") return "sgd";
   return nullptr;
+}
+
+// One chunk of a pass over all parameters: values [begin, end) of parameter pg[param].
+struct Chunk {
+  std::size_t param;
+  std::int64_t begin, end;
+};
+// The parameters cut into chunks of at most grad_chunk values, in parameter order.
+std::vector<Chunk> chunks_of(std::span<const ParamGrad> pg) {
+  std::vector<Chunk> cs;
+  for (std::size_t p = 0; p < pg.size(); ++p)
+    for (std::int64_t b = 0, n = pg[p].param->numel(); b < n; b += grad_chunk)
+      cs.push_back({p, b, std::min(n, b + grad_chunk)});
+  return cs;
+}
+// Calls body(index, chunk) once for every chunk, chunks spread over the threads.
+template <class Body>
+void for_each_chunk(const std::vector<Chunk>& cs, const Body& body) {
+  parallel_for(std::int64_t(cs.size()), 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t c = b; c < e; ++c) body(std::size_t(c), cs[std::size_t(c)]);
+  });
+}
+// Sum of g[i]^2 over [0, n) in double: eight running sums (lane i % 8, vectorizable), added
+// pairwise at the end. A fixed order: the same values give the same bits.
+double sum_squares(const float* g, std::int64_t n) {
+  double acc[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += double(g[i + k]) * double(g[i + k]);
+  for (int k = 0; i < n; ++i, ++k) acc[k] += double(g[i]) * double(g[i]);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 }  // namespace
 
@@ -87,41 +120,60 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& s, std::int64_t 
   t_ = steps;
 }
 
+double grad_norm(std::span<const ParamGrad> pg) {
+  check_grad_sizes("grad_norm", pg);
+  const std::vector<Chunk> cs = chunks_of(pg);
+  std::vector<double> partial(cs.size());  // per chunk, then added in chunk order
+  for_each_chunk(cs, [&](std::size_t c, const Chunk& k) {
+    partial[c] = sum_squares(pg[k.param].grad.data() + k.begin, k.end - k.begin);
+  });
+  double ss = 0;
+  for (double s : partial) ss += s;
+  return std::sqrt(ss);
+}
+
+float clip_scale(double norm, double max_norm) {
+  return max_norm > 0 ? float(std::min(1.0, max_norm / (norm + 1e-6))) : 1.f;
+}
+
 double clip_grad_norm(std::span<const ParamGrad> pg, double max_norm) {
   check_grad_sizes("clip_grad_norm", pg);
-  double ss = 0;
-  for (const ParamGrad& p : pg) {
-    const std::int64_t n = p.param->numel();
-    for (std::int64_t i = 0; i < n; ++i) ss += double(p.grad[i]) * double(p.grad[i]);
-  }
-  const double norm = std::sqrt(ss);
-  if (max_norm > 0) {
-    const float scale = float(std::min(1.0, max_norm / (norm + 1e-6)));
-    if (scale < 1.f)
-      for (const ParamGrad& p : pg)
-        for (std::int64_t i = 0, n = p.param->numel(); i < n; ++i) p.grad[i] *= scale;
-  }
+  const double norm = grad_norm(pg);
+  const float scale = clip_scale(norm, max_norm);
+  if (scale < 1.f)
+    for_each_chunk(chunks_of(pg), [&](std::size_t, const Chunk& k) {
+      float* g = pg[k.param].grad.data();
+      for (std::int64_t i = k.begin; i < k.end; ++i) g[i] *= scale;
+    });
   return norm;
 }
 
-void Sgd::step(std::span<const ParamGrad> pg, double lr) {
+void Sgd::step(std::span<const ParamGrad> pg, double lr, float grad_scale) {
   check_sizes(pg, {&buf_});
   ++t_;
   const float lrf = float(lr), m = float(momentum_);
-  for (const ParamGrad& p : pg) {
-    float* w = p.param->f();
-    const std::int64_t n = p.param->numel();
-    if (momentum_ > 0) {
-      auto [it, fresh] = buf_.try_emplace(p.name, p.param->shape());
-      float* b = it->second.f();
-      for (std::int64_t i = 0; i < n; ++i) {
-        b[i] = fresh ? p.grad[i] : m * b[i] + p.grad[i];
+  // Buffers are made here, before the parallel pass; fresh: this step is the buffer's first.
+  std::vector<float*> buf(pg.size(), nullptr);
+  std::vector<char> fresh(pg.size(), 0);
+  if (momentum_ > 0)
+    for (std::size_t p = 0; p < pg.size(); ++p) {
+      auto [it, made] = buf_.try_emplace(pg[p].name, pg[p].param->shape());
+      buf[p] = it->second.f();
+      fresh[p] = made;
+    }
+  for_each_chunk(chunks_of(pg), [&](std::size_t, const Chunk& k) {
+    float* w = pg[k.param].param->f();
+    const float* g = pg[k.param].grad.data();
+    if (float* b = buf[k.param]) {
+      for (std::int64_t i = k.begin; i < k.end; ++i) {
+        const float gi = g[i] * grad_scale;
+        b[i] = fresh[k.param] ? gi : m * b[i] + gi;
         w[i] -= lrf * b[i];
       }
     } else {
-      for (std::int64_t i = 0; i < n; ++i) w[i] -= lrf * p.grad[i];
+      for (std::int64_t i = k.begin; i < k.end; ++i) w[i] -= lrf * (g[i] * grad_scale);
     }
-  }
+  });
 }
 
 std::map<std::string, Tensor> Sgd::state() const {
@@ -140,7 +192,7 @@ void Sgd::set_buffers(const std::map<std::string, Tensor>& s) {
   for (auto& [k, t] : s) buf_.emplace(k.substr(9), t);  // "momentum.<name>"
 }
 
-void AdamW::step(std::span<const ParamGrad> pg, double lr) {
+void AdamW::step(std::span<const ParamGrad> pg, double lr, float grad_scale) {
   check_sizes(pg, {&m_, &v_});
   ++t_;
   const float b1 = float(o_.beta1), b2 = float(o_.beta2);
@@ -149,23 +201,27 @@ void AdamW::step(std::span<const ParamGrad> pg, double lr) {
   const float step_size = float(lr) / bc1;
   const float eps = float(o_.eps);
   const float decay = float(1.0 - lr * o_.weight_decay);
-  for (const ParamGrad& p : pg) {
-    float* w = p.param->f();
-    const std::int64_t n = p.param->numel();
-    float* m = m_.try_emplace(p.name, p.param->shape()).first->second.f();
-    float* v = v_.try_emplace(p.name, p.param->shape()).first->second.f();
-    const bool decays = p.param->shape().size() >= 2;
-    const float* g = p.grad.data();
-    parallel_for(n, 4096, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) {
-        if (decays) w[i] *= decay;
-        m[i] = b1 * m[i] + (1.f - b1) * g[i];
-        v[i] = b2 * v[i] + (1.f - b2) * g[i] * g[i];
-        const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-        w[i] -= step_size * m[i] / denom;
-      }
-    });
+  // The moment buffers are made here, before the parallel pass.
+  std::vector<float*> ms(pg.size()), vs(pg.size());
+  for (std::size_t p = 0; p < pg.size(); ++p) {
+    ms[p] = m_.try_emplace(pg[p].name, pg[p].param->shape()).first->second.f();
+    vs[p] = v_.try_emplace(pg[p].name, pg[p].param->shape()).first->second.f();
   }
+  for_each_chunk(chunks_of(pg), [&](std::size_t, const Chunk& k) {
+    float* w = pg[k.param].param->f();
+    float* m = ms[k.param];
+    float* v = vs[k.param];
+    const float* g = pg[k.param].grad.data();
+    const bool decays = pg[k.param].param->shape().size() >= 2;
+    for (std::int64_t i = k.begin; i < k.end; ++i) {
+      const float gi = g[i] * grad_scale;  // == the clipped gradient (x * 1.f == x)
+      if (decays) w[i] *= decay;
+      m[i] = b1 * m[i] + (1.f - b1) * gi;
+      v[i] = b2 * v[i] + (1.f - b2) * gi * gi;
+      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
+      w[i] -= step_size * m[i] / denom;
+    }
+  });
 }
 
 std::map<std::string, Tensor> AdamW::state() const {

@@ -27,15 +27,30 @@ using ParamShapes = std::map<std::string, Shape>;
 ParamShapes param_shapes(const ParamStore& store);
 ParamShapes param_shapes(std::span<const ParamGrad> pg);
 
-// L2 norm over all gradients together (accumulated in double); if max_norm > 0, scales
-// every gradient by min(1, max_norm / (norm + 1e-6)). Returns the norm before clipping.
+// L2 norm over all gradients together, accumulated in double in one parallel pass: the
+// gradients are cut into fixed chunks of grad_chunk values (a parameter's last chunk may be
+// shorter), each chunk summed in a fixed order, the chunk sums added in order, so the result
+// is the same at any thread count.
+double grad_norm(std::span<const ParamGrad> pg);
+// The factor clipping to max_norm applies: min(1, max_norm / (norm + 1e-6)) as a float, or
+// 1 when max_norm <= 0.
+float clip_scale(double norm, double max_norm);
+// grad_norm(pg), then (if max_norm > 0) every gradient scaled by clip_scale(norm, max_norm)
+// in place. Returns the norm before clipping. To save that second pass over the gradients,
+// pass the scale to Optimizer::step instead (same numbers, bit for bit).
 double clip_grad_norm(std::span<const ParamGrad> pg, double max_norm);
+// Values per chunk of the passes over all parameters (norm, scale, optimizer updates).
+inline constexpr std::int64_t grad_chunk = 16384;
 
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // One update with learning rate lr; increments step().
-  virtual void step(std::span<const ParamGrad> pg, double lr) = 0;
+  // One update with learning rate lr, reading each gradient value as g * grad_scale (the
+  // clip_scale of a deferred clipping: the result equals scaling the gradients first, bit for
+  // bit; the gradients are left as they are). One parallel pass over all parameters, chunked
+  // as grad_norm is; every value is updated independently, so any thread count gives the
+  // same result. Increments steps().
+  virtual void step(std::span<const ParamGrad> pg, double lr, float grad_scale = 1.f) = 0;
   std::int64_t steps() const { return t_; }
   // Everything needed to resume bit-exactly: buffers by "<prefix>.<param name>", and the step.
   virtual std::map<std::string, Tensor> state() const = 0;
@@ -61,7 +76,7 @@ class Optimizer {
 class Sgd : public Optimizer {
  public:
   explicit Sgd(double momentum = 0) : momentum_(momentum) {}
-  void step(std::span<const ParamGrad> pg, double lr) override;
+  void step(std::span<const ParamGrad> pg, double lr, float grad_scale = 1.f) override;
   std::map<std::string, Tensor> state() const override;
   const char* kind() const override { return "sgd"; }
 
@@ -80,7 +95,7 @@ struct AdamWOptions {
 class AdamW : public Optimizer {
  public:
   explicit AdamW(AdamWOptions o = {}) : o_(o) {}
-  void step(std::span<const ParamGrad> pg, double lr) override;
+  void step(std::span<const ParamGrad> pg, double lr, float grad_scale = 1.f) override;
   std::map<std::string, Tensor> state() const override;
   const char* kind() const override { return "adamw"; }
 

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "ops/kernel_util.h"
+#include "ops/elementwise_fn.h"
 #include "ops/simd.h"
 
 namespace gg {
@@ -89,7 +90,7 @@ void unary_kernel(const KernelArgs& a, F f) {
 // d/da (a + b) = 1, d/db (a + b) = 1
 const OpRule add_rule = {
     infer_binary,
-    [](const KernelArgs& a) { binary_kernel(a, [](auto x, auto y) { return x + y; }); },
+    [](const KernelArgs& a) { binary_kernel(a, fn::add{}); },
     [](GradArgs& a) {
       a.gin[0] = a.gout;
       a.gin[1] = a.gout;
@@ -99,7 +100,7 @@ const OpRule add_rule = {
 // d/da (a - b) = 1, d/db (a - b) = -1
 const OpRule sub_rule = {
     infer_binary,
-    [](const KernelArgs& a) { binary_kernel(a, [](auto x, auto y) { return x - y; }); },
+    [](const KernelArgs& a) { binary_kernel(a, fn::sub{}); },
     [](GradArgs& a) {
       a.gin[0] = a.gout;
       if (a.needs[1]) a.gin[1] = op::neg(a.g, a.gout);
@@ -109,7 +110,7 @@ const OpRule sub_rule = {
 // d/da (a * b) = b, d/db (a * b) = a
 const OpRule mul_rule = {
     infer_binary,
-    [](const KernelArgs& a) { binary_kernel(a, [](auto x, auto y) { return x * y; }); },
+    [](const KernelArgs& a) { binary_kernel(a, fn::mul{}); },
     [](GradArgs& a) {
       if (a.needs[0]) a.gin[0] = op::mul(a.g, a.gout, a.in(1));
       if (a.needs[1]) a.gin[1] = op::mul(a.g, a.gout, a.in(0));
@@ -119,7 +120,7 @@ const OpRule mul_rule = {
 // d/da (a / b) = 1 / b, d/db (a / b) = -a / b^2 = -out / b
 const OpRule div_rule = {
     infer_binary,
-    [](const KernelArgs& a) { binary_kernel(a, [](auto x, auto y) { return x / y; }); },
+    [](const KernelArgs& a) { binary_kernel(a, fn::div{}); },
     [](GradArgs& a) {
       if (a.needs[0]) a.gin[0] = op::div(a.g, a.gout, a.in(1));
       if (a.needs[1]) a.gin[1] = op::neg(a.g, op::mul(a.g, a.gout, op::div(a.g, a.node, a.in(1))));
@@ -129,7 +130,7 @@ const OpRule div_rule = {
 // d/da max(a, b) = [a >= b], d/db max(a, b) = [a < b]  (ties go to a)
 const OpRule maximum_rule = {
     infer_binary,
-    [](const KernelArgs& a) { binary_kernel(a, [](auto x, auto y) { return simd::max(x, y); }); },
+    [](const KernelArgs& a) { binary_kernel(a, fn::maximum{}); },
     [](GradArgs& a) {
       if (a.needs[0]) a.gin[0] = op::mul(a.g, a.gout, op::compare(a.g, a.in(0), a.in(1), Cmp::ge));
       if (a.needs[1]) a.gin[1] = op::mul(a.g, a.gout, op::compare(a.g, a.in(0), a.in(1), Cmp::lt));
@@ -139,29 +140,28 @@ const OpRule maximum_rule = {
 // d/dx (-x) = -1
 const OpRule neg_rule = {
     infer_unary,
-    // x * -1, not -x: xsimd's batch negation is 0 - x, which loses the sign of zero
-    [](const KernelArgs& a) { unary_kernel(a, [](auto x) { return x * -1.f; }); },
+    [](const KernelArgs& a) { unary_kernel(a, fn::neg{}); },  // x * -1 (keeps the sign of zero)
     [](GradArgs& a) { a.gin[0] = op::neg(a.g, a.gout); }};
 
 // ---- exp ---------------------------------------------------------------------------
 // d/dx exp(x) = exp(x)
 const OpRule exp_rule = {
     infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, [](auto x) { return simd::exp(x); }); },
+    [](const KernelArgs& a) { unary_kernel(a, fn::exp{}); },
     [](GradArgs& a) { a.gin[0] = op::mul(a.g, a.gout, a.node); }};
 
 // ---- log ---------------------------------------------------------------------------
 // d/dx log(x) = 1 / x
 const OpRule log_rule = {
     infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, [](auto x) { return simd::log(x); }); },
+    [](const KernelArgs& a) { unary_kernel(a, fn::log{}); },
     [](GradArgs& a) { a.gin[0] = op::div(a.g, a.gout, a.in(0)); }};
 
 // ---- sqrt --------------------------------------------------------------------------
 // d/dx sqrt(x) = 1 / (2 sqrt(x))
 const OpRule sqrt_rule = {
     infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, [](auto x) { return simd::sqrt(x); }); },
+    [](const KernelArgs& a) { unary_kernel(a, fn::sqrt{}); },
     [](GradArgs& a) {
       a.gin[0] = op::div(a.g, a.gout, op::mul(a.g, op::scalar(a.g, 2.f), a.node));
     }};
@@ -170,7 +170,7 @@ const OpRule sqrt_rule = {
 // d/dx tanh(x) = 1 - tanh(x)^2
 const OpRule tanh_rule = {
     infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, [](auto x) { return simd::tanh(x); }); },
+    [](const KernelArgs& a) { unary_kernel(a, fn::tanh{}); },
     [](GradArgs& a) {
       NodeId one = op::scalar(a.g, 1.f);
       a.gin[0] = op::mul(a.g, a.gout, op::sub(a.g, one, op::mul(a.g, a.node, a.node)));
@@ -180,7 +180,7 @@ const OpRule tanh_rule = {
 // d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2)
 const OpRule erf_rule = {
     infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, [](auto x) { return simd::erf(x); }); },
+    [](const KernelArgs& a) { unary_kernel(a, fn::erf{}); },
     [](GradArgs& a) {
       NodeId x = a.in(0);
       NodeId c = op::scalar(a.g, float(2.0 / std::sqrt(std::numbers::pi)));

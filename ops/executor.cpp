@@ -33,10 +33,16 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
       outputs_(simplified_.roots),
       rng_(seed) {
   if (const char* env = std::getenv("GG_DETECT_ANOMALY")) detect_anomaly_ = *env && std::string(env) != "0";
-  // Phases: simplify (in the initializers), order, plan the memory, bind views, steps, checks.
+  // Phases: simplify (in the initializers), order, fuse, plan the memory, bind views,
+  // steps, checks.
   order_ = ancestors(g_, outputs_);
   step_of_.assign(std::size_t(g_.size()), -1);
   for (std::size_t s = 0; s < order_.size(); ++s) step_of_[std::size_t(order_[s])] = int(s);
+  if (options.fuse) {
+    std::vector<NodeId> kept = outputs_;  // outputs and checked nodes keep their values
+    for (const Graph::Check& c : g_.checks()) kept.push_back(c.node);
+    fusion_ = fuse_elementwise(g_, order_, kept);
+  }
   user_order_.assign(order_.size(), -1);
   for (NodeId id = 0; id < g.size(); ++id)
     if (const NodeId p = simplified_.map[std::size_t(id)]; p >= 0 && user_order_[std::size_t(step_of_[std::size_t(p)])] < 0)
@@ -49,15 +55,22 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   plan_checks(step_of_);
 }
 
-// One step per computed node, in order: its kernel and its output view.
+// One step per computed node, in order: its kernel and its output view; a fused group is
+// one step, where its root was.
 void Executor::make_steps() {
   for (NodeId id : order_) {
     const Node& n = g_.node(id);
     if (bound_leaf(n.op)) continue;
-    Step st{id, op_rule(n.op).kernel, {}, views_[std::size_t(id)], {}};
-    GG_CHECK(st.kernel != nullptr);
+    const int group = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+    if (group >= 0 && fusion_.groups[std::size_t(group)].root != id) continue;  // inside its group's step
+    Step st{id, group >= 0 ? nullptr : op_rule(n.op).kernel, group, {}, views_[std::size_t(id)], {}};
+    GG_CHECK(st.kernel != nullptr || group >= 0);
     steps_.push_back(std::move(st));
   }
+}
+
+const std::vector<NodeId>& Executor::reads(const Step& st) const {
+  return st.group >= 0 ? fusion_.groups[std::size_t(st.group)].inputs : g_.node(st.id).inputs;
 }
 
 // Checks the outputs, then simplifies what they need, or (off) maps every id to itself.
@@ -88,10 +101,21 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   inputs_.resize(N);
   input_fed_.assign(N, 0);
 
-  // Liveness: the last step that reads each node; outputs live to the end.
+  // Liveness: the last step that reads each node; outputs live to the end. A member of a
+  // fused group reads its operands when the group runs, at its root's place; the members
+  // but the root are never stored.
+  auto interior = [&](NodeId id) {
+    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+    return gi >= 0 && fusion_.groups[std::size_t(gi)].root != id;
+  };
+  auto runs_at = [&](std::size_t s) {
+    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(order_[s])];
+    return gi < 0 ? int(s) : step_of_[std::size_t(fusion_.groups[std::size_t(gi)].root)];
+  };
   std::vector<int> last_use(N, -1);
   for (std::size_t s = 0; s < order_.size(); ++s)
-    for (NodeId in : g.node(order_[s]).inputs) last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], int(s));
+    for (NodeId in : g.node(order_[s]).inputs)
+      last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], runs_at(s));
   for (NodeId o : outputs_) {
     last_use[std::size_t(o)] = INT_MAX;
     kept_[std::size_t(o)] = 1;
@@ -119,7 +143,7 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   offset.assign(N, 0);
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const Node& n = g.node(order_[s]);
-    if (bound_leaf(n.op) || root[std::size_t(order_[s])] != order_[s]) continue;
+    if (bound_leaf(n.op) || root[std::size_t(order_[s])] != order_[s] || interior(order_[s])) continue;
     std::erase_if(live, [&](const Block& b) { return b.last < int(s); });
     std::sort(live.begin(), live.end(), [](const Block& a, const Block& b) { return a.off < b.off; });
     const std::size_t size = round64(std::size_t(numel(n.shape)) * 4);
@@ -167,6 +191,9 @@ void Executor::bind_views(const std::vector<std::size_t>& offset, const std::vec
       kept_[std::size_t(id)] = 1;  // bound at each run
     } else if (root[std::size_t(id)] != id) {
       v.data = views_[std::size_t(root[std::size_t(id)])].data;  // a view: the reshape kernel copies nothing
+    } else if (!fusion_.group_of.empty() && fusion_.group_of[std::size_t(id)] >= 0 &&
+               fusion_.groups[std::size_t(fusion_.group_of[std::size_t(id)])].root != id) {
+      v.data = nullptr;  // inside a fused group: never stored
     } else {
       v.data = base + offset[std::size_t(id)];
     }
@@ -252,17 +279,28 @@ void Executor::run() {
   for (Step& st : steps_) {
     const Node& n = g_.node(st.id);
     st.in.clear();
-    for (NodeId in : n.inputs) st.in.push_back(views_[std::size_t(in)]);
+    for (NodeId in : reads(st)) st.in.push_back(views_[std::size_t(in)]);
+    auto compute = [&] {
+      if (st.group >= 0) run_fused(fusion_.groups[std::size_t(st.group)], st.in, st.out);
+      else st.kernel(KernelArgs{n, st.in, st.out, &rng_});
+    };
     if (!profile_) {
-      st.kernel(KernelArgs{n, st.in, st.out, &rng_});
+      compute();
       if (detect_anomaly_) check_anomaly(st);
       for (std::size_t c : st.checks) run_check(c);
       continue;
     }
     auto t0 = std::chrono::steady_clock::now();
-    st.kernel(KernelArgs{n, st.in, st.out, &rng_});
-    op_seconds_[std::size_t(n.op)] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ++op_calls_[std::size_t(n.op)];
+    compute();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (st.group >= 0) {
+      fused_seconds_ += dt;
+      ++fused_calls_;
+      fused_members_ += std::int64_t(fusion_.groups[std::size_t(st.group)].members.size());
+    } else {
+      op_seconds_[std::size_t(n.op)] += dt;
+      ++op_calls_[std::size_t(n.op)];
+    }
     if (detect_anomaly_) check_anomaly(st);
     for (std::size_t c : st.checks) run_check(c);
   }
@@ -301,11 +339,12 @@ void Executor::check_anomaly(const Step& st) const {
   const bool backward = n.name.rfind("grad(", 0) == 0;
   std::string ins;
   bool inf_in = false;
-  for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+  const std::vector<NodeId>& read = reads(st);
+  for (std::size_t i = 0; i < read.size(); ++i) {
     const ValueSummary s = summarize(st.in[i]);
     inf_in = inf_in || s.inf > 0;
-    ins += fmt::format("; input {} {} at {}: {}, {} NaN, {} Inf", i, describe_node(g_, n.inputs[i]),
-                       site_string(g_.node(n.inputs[i]).loc),
+    ins += fmt::format("; input {} {} at {}: {}, {} NaN, {} Inf", i, describe_node(g_, read[i]),
+                       site_string(g_.node(read[i]).loc),
                        s.lo <= s.hi ? fmt::format("min {:.6g} max {:.6g}", s.lo, s.hi) : "no finite value", s.nan, s.inf);
   }
   // An infinity passed on from an input is not new (a mask's -inf flowing through where and
@@ -315,7 +354,11 @@ void Executor::check_anomaly(const Step& st) const {
   throw GraphError(fmt::format("{} at {} ('{}'): anomaly: the first non-finite value of this run: {} node %{} {}{} "
                                "holds {} NaN and {} Inf of {} values{}",
                                op_name(n.op), site_string(n.loc), n.name, backward ? "backward" : "forward", st.id,
-                               to_string(n.dtype), to_string(n.shape), out.nan, out.inf, st.out.numel(), ins));
+                               to_string(n.dtype), to_string(n.shape), out.nan, out.inf, st.out.numel(),
+                               st.group < 0 ? ins
+                                            : fmt::format(" (the last of a fused group of {} element-wise ops; run with "
+                                                          "GG_FUSE=0 to check each one){}",
+                                                          fusion_.groups[std::size_t(st.group)].members.size(), ins)));
 }
 
 std::string Executor::profile_report() const {
@@ -328,9 +371,20 @@ std::string Executor::profile_report() const {
     }
   std::sort(kinds.begin(), kinds.end(), [&](int a, int b) { return op_seconds_[std::size_t(a)] > op_seconds_[std::size_t(b)]; });
   std::string s = fmt::format("{:<12} {:>8} {:>10} {:>6}\n", "op", "calls", "total ms", "share");
-  for (int k : kinds)
+  total += fused_seconds_;
+  bool fused_listed = fused_calls_ == 0;
+  auto fused_line = [&] {
+    fused_listed = true;
+    return fmt::format("{:<12} {:>8} {:>10.1f} {:>5.1f}%  ({:.1f} ops a group)\n", "fused", fused_calls_,
+                       fused_seconds_ * 1e3, 100.0 * fused_seconds_ / std::max(total, 1e-12),
+                       double(fused_members_) / double(std::max<std::int64_t>(fused_calls_, 1)));
+  };
+  for (int k : kinds) {
+    if (!fused_listed && fused_seconds_ >= op_seconds_[std::size_t(k)]) s += fused_line();
     s += fmt::format("{:<12} {:>8} {:>10.1f} {:>5.1f}%\n", op_name(OpKind(k)), op_calls_[std::size_t(k)],
                      op_seconds_[std::size_t(k)] * 1e3, 100.0 * op_seconds_[std::size_t(k)] / std::max(total, 1e-12));
+  }
+  if (!fused_listed) s += fused_line();
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "fuse.h"
 #include "graph.h"
 #include "op_rule.h"
 #include "simplify.h"
@@ -20,6 +21,9 @@ struct ExecutorOptions {
   // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning.
   // Off with GG_SIMPLIFY=0 in the environment, or here.
   bool simplify = simplify_by_default();
+  // Run chains of element-wise ops as one step each (ops/fuse.h), after simplification.
+  // Off with GG_FUSE=0 in the environment, or here.
+  bool fuse = fuse_by_default();
 };
 
 class Executor {
@@ -40,6 +44,11 @@ class Executor {
   const std::vector<NodeId>& order() const { return user_order_; }
   // The graph that was planned: the simplified one, or the one given when the pass is off.
   const Graph& planned_graph() const { return g_; }
+  // The element-wise groups run as one step each (none when the pass is off), in ids of
+  // planned_graph().
+  const Fusion& fusion() const { return fusion_; }
+  // Steps of the flat loop (a fused group is one).
+  std::size_t step_count() const { return steps_.size(); }
 
   // Feeds the input node named `name`; throws GraphError on a wrong shape or dtype, on an
   // input declared in the graph but not needed by the requested outputs, and on an unknown
@@ -83,8 +92,9 @@ class Executor {
   void feed(const std::string& name, const void* data, std::int64_t count, DType dtype, const Shape* shape);
 
   struct Step {
-    NodeId id;
-    void (*kernel)(const KernelArgs&);
+    NodeId id;                          // the node computed (a group's root)
+    void (*kernel)(const KernelArgs&);  // nullptr for a fused group
+    int group;                          // its index in fusion_.groups, or -1
     std::vector<View> in;
     View out;
     std::vector<std::size_t> checks;  // indices into g_.checks() to run after this step
@@ -97,10 +107,12 @@ class Executor {
   void plan_checks(const std::vector<int>& step_of);
   void run_check(std::size_t c) const;
   NodeId planned_id(NodeId user_id) const;
-  void check_anomaly(const Step& st) const;  // throws GraphError if st's output is not finite
+  void check_anomaly(const Step& st) const;
+  const std::vector<NodeId>& reads(const Step& st) const;  // the nodes whose values st.in holds  // throws GraphError if st's output is not finite
   const Graph& user_g_;        // the graph given
   Simplified simplified_;      // the simplified graph and the id map (the map only, when off)
   const Graph& g_;             // the planned graph: simplified_.graph or user_g_
+  Fusion fusion_;              // element-wise groups of g_ (empty when the pass is off)
   ParamStore& params_;
   std::vector<NodeId> outputs_, order_, user_order_;  // outputs_, order_: ids in g_
   std::vector<int> step_of_;   // per node of g_: its index in order_, or -1
@@ -117,6 +129,8 @@ class Executor {
   bool detect_anomaly_ = false;
   std::vector<double> op_seconds_ = std::vector<double>(op_count, 0.0);
   std::vector<std::int64_t> op_calls_ = std::vector<std::int64_t>(op_count, 0);
+  double fused_seconds_ = 0;  // fused groups' time, profiled apart from the ops
+  std::int64_t fused_calls_ = 0, fused_members_ = 0;
 };
 
 }  // namespace gg

@@ -30,8 +30,9 @@ ReplayResult replay(Model& m, const std::vector<Batch>& batches, const ReplayOpt
   for (const Batch& b : batches) {
     res.losses.push_back(float(m.forward_backward(b)));
     std::vector<ParamGrad> pg = m.grads();
-    res.grad_norms.push_back(float(clip_grad_norm(pg, o.clip)));
-    opt->step(pg, o.lr);
+    const double norm = grad_norm(pg);
+    res.grad_norms.push_back(float(norm));
+    opt->step(pg, o.lr, clip_scale(norm, o.clip));  // clipping inside the update's pass
   }
   return res;
 }

@@ -172,9 +172,10 @@ class Run {
     const double loss = m_.forward_backward(b);
     std::vector<ParamGrad> pg = m_.grads();
     if (o_.grad_stats && std::isfinite(loss)) record_stats(step + 1, grad_stats(pg, o_.clip));
-    const double norm = std::isfinite(loss) ? clip_grad_norm(pg, o_.clip) : NAN;
+    const double norm = std::isfinite(loss) ? grad_norm(pg) : NAN;
     if (!std::isfinite(loss) || !std::isfinite(norm)) diverged(step + 1, loss, norm);
-    optim_->step(pg, cosine_lr(step, o_.warmup, o_.steps, o_.lr, o_.min_lr));
+    // Clipping rides along the update (the same numbers as clip_grad_norm, one pass fewer).
+    optim_->step(pg, cosine_lr(step, o_.warmup, o_.steps, o_.lr, o_.min_lr), clip_scale(norm, o_.clip));
     items_ += batch_items(data_, b);
     add_point("train", step + 1, loss);
     add_point("grad_norm", step + 1, norm);
