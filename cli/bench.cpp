@@ -184,8 +184,8 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
         r.rss_mib = std::stod(field(out, "torch_peak_rss_kb").empty() ? "0" : field(out, "torch_peak_rss_kb")) / 1024.0;
         r.core = field(out, "openblas_core");
         if (notes.empty()) notes = field(out, "torch_code");
-        fmt::print("  {:<80} {:9.2f} ms/step  peak RSS {:7.1f} MiB  (OpenBLAS runs {})\n", r.setting, r.ms, r.rss_mib,
-                   r.core.empty() ? "?" : r.core);
+        fmt::print("  {:<80} {:9.2f} ms/step  peak RSS {:7.1f} MiB  (OpenBLAS runs {}; load average {:.2f})\n",
+                   r.setting, r.ms, r.rss_mib, r.core.empty() ? "?" : r.core, load_average());
         runs.push_back(r);
       }
   if (runs.empty()) {
