@@ -1,7 +1,7 @@
 // The `gradgraph` command: train (the main job), train-vit (a Vision Transformer on the 8x8
 // digits), train-seq2seq (the encoder-decoder), sample, grad and replay (the reference
 // model's command-line contract, docs/reference-model.md), inspect, gradcheck, hvp and
-// attention (look inside a model and its gradients). Every user mistake ends in one line on stderr and a
+// attention (look inside a model and its gradients), bench (speed against the peak and PyTorch). Every user mistake ends in one line on stderr and a
 // non-zero exit.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "autodiff/optim.h"
+#include "cli/bench.h"
 #include "cli/debug.h"
 #include "io/safetensors.h"
 #include "models/char_lm.h"
@@ -359,6 +360,8 @@ int main(int argc, char** argv) {
   // gradcheck, hvp, attention
   cli::DebugCommands debug;
   debug.add_to(app);
+  cli::BenchCommand bench;
+  bench.add_to(app);
 
   try {
     app.parse(argc, argv);
@@ -374,7 +377,7 @@ int main(int argc, char** argv) {
       const std::string first = app.remaining().front();
       msg = first.rfind("-", 0) == 0
                 ? fmt::format("unknown option '{}'", first)
-                : fmt::format("unknown subcommand '{}' (expected train, train-vit, train-seq2seq, sample, grad, replay, inspect, gradcheck, hvp or attention)", first);
+                : fmt::format("unknown subcommand '{}' (expected train, train-vit, train-seq2seq, sample, grad, replay, inspect, gradcheck, hvp, attention or bench)", first);
     }
     for (char& ch : msg)
       if (ch == '\n') ch = ' ';
@@ -406,6 +409,7 @@ int main(int argc, char** argv) {
       return run_inspect(ia);
     }
     if (int status = debug.run(); status >= 0) return status;
+    if (int status = bench.run(); status >= 0) return status;
   } catch (const InputError& e) {
     fmt::print(stderr, "gradgraph: error: {}\n", e.what());
   } catch (const io::Error& e) {

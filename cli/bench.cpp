@@ -1,0 +1,315 @@
+// gradgraph bench: warm-up, then timed steps exactly as the trainer takes them
+// (forward_backward, grads, clip_grad_norm, AdamW step), the median reported with the
+// model FLOPs and the FMA peak; then profiled steps (timed apart: profiling adds a clock
+// read per kernel) and, on request, the PyTorch peer as child processes, one per setting.
+#include "cli/bench.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "autodiff/optim.h"
+#include "models/gpt.h"
+#include "models/gpt_flops.h"
+#include "ops/parallel.h"
+#include "ops/peak.h"
+
+#ifndef GG_SOURCE_DIR
+#define GG_SOURCE_DIR ""
+#endif
+
+namespace gg::cli {
+namespace {
+
+using train::InputError;
+using clock_type = std::chrono::steady_clock;
+
+// "AMD EPYC (2 CPUs)": the first "model name" of /proc/cpuinfo and the online CPU count.
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line, name = "unknown CPU";
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) name = line.substr(line.find_first_not_of(" \t", colon + 1));
+      break;
+    }
+  return fmt::format("{} ({} CPUs)", name, std::thread::hardware_concurrency());
+}
+
+// The 1-minute load average (/proc/loadavg), or -1: how busy the machine was.
+double load_average() {
+  std::ifstream f("/proc/loadavg");
+  double l = -1;
+  f >> l;
+  return f ? l : -1;
+}
+
+// The process's peak resident set so far, in MiB (ru_maxrss is KiB on Linux).
+double peak_rss_mib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024.0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+FmaPeak print_peak(const std::string& cpu) {
+  const FmaPeak p = measure_fma_peak();
+  fmt::print("peak_gflops_per_core {:.1f} ({}; FMA probe: {} chains of {}-float FMAs, register-only, best of 10 runs of 50 ms)\n",
+             p.per_core_gflops, cpu, p.chains, p.vector_floats);
+  fmt::print("peak_gflops {:.1f} ({} threads, one per core through the thread pool; {})\n", p.total_gflops, p.threads,
+             cpu);
+  return p;
+}
+
+// ---- the PyTorch peer --------------------------------------------------------------------
+
+std::string shell_quote(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return o + "'";
+}
+
+// Runs `cmd` under /bin/sh; its stdout, and whether it exited 0.
+std::pair<std::string, bool> capture(const std::string& cmd) {
+  std::string out;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {out, false};
+  char buf[4096];
+  for (std::size_t k; (k = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, k);
+  const int st = ::pclose(p);
+  return {out, WIFEXITED(st) && WEXITSTATUS(st) == 0};
+}
+
+// The value after `key ` on the line that starts with it, or "".
+std::string field(const std::string& out, const std::string& key) {
+  for (std::size_t at = 0; at < out.size();) {
+    std::size_t end = out.find('\n', at);
+    if (end == std::string::npos) end = out.size();
+    const std::string line = out.substr(at, end - at);
+    if (line.rfind(key + " ", 0) == 0) return line.substr(key.size() + 1);
+    at = end + 1;
+  }
+  return "";
+}
+
+struct TorchRun {
+  std::string setting, core;
+  double ms = 0, rss_mib = 0;
+};
+
+std::string find_torch_script(const std::string& given) {
+  if (!given.empty()) return given;
+  return std::string(GG_SOURCE_DIR) + "/bench/torch_bench.py";
+}
+
+void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double ours_rss) {
+  const std::string python = "/usr/bin/python3";
+  const std::string script = find_torch_script(a.torch_script);
+  fmt::print("\ncompare-torch:\n");
+  if (!std::filesystem::exists(python)) {
+    fmt::print("compare-torch skipped: {} not found\n", python);
+    return;
+  }
+  if (!std::filesystem::exists(script)) {
+    fmt::print("compare-torch skipped: the PyTorch script {} does not exist (give it with --torch-script)\n", script);
+    return;
+  }
+  auto [version, has_torch] = capture(python + " -c 'import torch; print(torch.__version__)' 2>/dev/null");
+  if (!has_torch) {
+    fmt::print("compare-torch skipped: PyTorch is not installed ({} cannot import torch; apt-get install python3-torch)\n",
+               python);
+    return;
+  }
+  version.erase(version.find_last_not_of("\n ") + 1);
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  const char* env_core = std::getenv("OPENBLAS_CORETYPE");
+  const char* env_l2 = std::getenv("OPENBLAS_L2_SIZE");
+  // Core types: the environment's (if it sets one), OpenBLAS's own detection (both
+  // variables unset, as the machine's note says to benchmark), and SkylakeX.
+  struct Core {
+    std::string name, env;
+  };
+  std::vector<Core> cores_tried;
+  if (env_core)
+    cores_tried.push_back({fmt::format("environment (OPENBLAS_CORETYPE={}{})", env_core,
+                                       env_l2 ? fmt::format(" OPENBLAS_L2_SIZE={}", env_l2) : ""),
+                           ""});
+  cores_tried.push_back({"detected (OPENBLAS_CORETYPE unset)", "-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"});
+  cores_tried.push_back({"SkylakeX", "-u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX"});
+  fmt::print("PyTorch {} ({}), {} steps after {} warm-up per setting; the machine's OPENBLAS_CORETYPE is {}\n", version,
+             python, a.torch_steps > 0 ? a.torch_steps : a.steps, a.warmup, env_core ? env_core : "unset");
+  std::vector<TorchRun> runs;
+  std::string notes;
+  for (const Core& core : cores_tried)
+    for (int tt : {1, cores})
+      for (int bt : {1, cores}) {
+        if (cores > 1 && tt == cores && bt == cores) continue;  // oversubscribed
+        if (cores == 1 && (tt != 1 || bt != 1)) continue;
+        const std::string cmd = fmt::format(
+            "env {} OPENBLAS_NUM_THREADS={} OMP_NUM_THREADS={} {} {} --config {} --batch {} --seq {} --steps {} "
+            "--warmup {} --threads {} 2>&1",
+            core.env, bt, tt, python, shell_quote(script), shell_quote(a.config), a.batch, T,
+            a.torch_steps > 0 ? a.torch_steps : a.steps, a.warmup, tt);
+        auto [out, ok] = capture(cmd);
+        TorchRun r;
+        r.setting = fmt::format("torch threads {}, OpenBLAS threads {}, core {}", tt, bt, core.name);
+        const std::string ms = field(out, "torch_ms_per_step");
+        if (!ok || ms.empty()) {
+          std::string last = out.substr(0, std::min<std::size_t>(out.size(), 400));
+          for (char& ch : last)
+            if (ch == '\n') ch = ' ';
+          fmt::print("  {:<80} failed: {}\n", r.setting, last);
+          continue;
+        }
+        r.ms = std::stod(ms);
+        r.rss_mib = std::stod(field(out, "torch_peak_rss_kb").empty() ? "0" : field(out, "torch_peak_rss_kb")) / 1024.0;
+        r.core = field(out, "openblas_core");
+        if (notes.empty()) notes = field(out, "torch_code");
+        fmt::print("  {:<80} {:9.2f} ms/step  peak RSS {:7.1f} MiB  (OpenBLAS runs {}; load average {:.2f})\n",
+                   r.setting, r.ms, r.rss_mib, r.core.empty() ? "?" : r.core, load_average());
+        runs.push_back(r);
+      }
+  if (runs.empty()) {
+    fmt::print("compare-torch: no PyTorch setting ran\n");
+    return;
+  }
+  if (!notes.empty()) fmt::print("PyTorch code: {}\n", notes);
+  const TorchRun& best = *std::min_element(runs.begin(), runs.end(), [](auto& x, auto& y) { return x.ms < y.ms; });
+  fmt::print("torch_best_ms_per_step {:.2f} ({})\n", best.ms, best.setting);
+  fmt::print("speedup {:.2f}x (PyTorch's best / gradgraph: {:.2f} / {:.2f} ms)\n", best.ms / ours_ms, best.ms, ours_ms);
+  fmt::print("peak_rss_mib gradgraph {:.1f}, PyTorch {:.1f} (its best setting's process; ratio {:.2f})\n", ours_rss,
+             best.rss_mib, ours_rss / std::max(best.rss_mib, 1e-9));
+}
+
+// ---- the benchmark -----------------------------------------------------------------------
+
+int run_bench(const BenchCommand& a) {
+  if (a.threads > 0) set_num_threads(a.threads);
+  const std::string cpu = cpu_model();
+  if (a.peak) {
+    print_peak(cpu);
+    return 0;
+  }
+  if (a.config.empty()) throw InputError("bench: --config is required (or give --peak alone)");
+  if (a.steps < 1) throw InputError(fmt::format("--steps must be >= 1, got {}", a.steps));
+  if (a.warmup < 0) throw InputError(fmt::format("--warmup must be >= 0, got {}", a.warmup));
+  if (a.batch < 1) throw InputError(fmt::format("--batch must be >= 1, got {}", a.batch));
+  const models::GptConfig c = models::load_gpt_config(a.config);
+  const std::int64_t B = a.batch, T = a.seq > 0 ? a.seq : c.block_size;
+  if (T > c.block_size)
+    throw InputError(fmt::format("--seq {} is longer than the config's block_size {}", T, c.block_size));
+  const models::StepFlops flops = models::gpt_step_flops(c, B, T);
+
+  train::Model m = models::gpt_model(c);
+  std::mt19937_64 rng(0);
+  std::vector<std::int32_t> x(std::size_t(B * T)), y(std::size_t(B * T));
+  for (auto& v : x) v = std::int32_t(rng() % std::uint64_t(c.vocab_size));
+  for (auto& v : y) v = std::int32_t(rng() % std::uint64_t(c.vocab_size));
+  const train::Batch batch{{"tokens", Tensor::i32({B, T}, x)}, {"targets", Tensor::i32({B, T}, y)}};
+  m.declare(batch);
+  m.init_params(1);
+  AdamW opt({0.9, 0.99, 1e-8, 0.1});
+
+  fmt::print("gradgraph bench: {} (L{} H{} D{} V{}), batch {} x seq {}, {} threads; {}\n", a.config, c.n_layer,
+             c.n_head, c.n_embd, c.vocab_size, B, T, num_threads(), cpu);
+  Executor& plan = m.plan_for(batch, /*training=*/true);
+  fmt::print("arena_bytes {} ({:.1f} MiB, planned before the first step; without buffer reuse {:.1f} MiB)\n",
+             plan.arena_bytes(), double(plan.arena_bytes()) / (1 << 20), double(plan.unshared_bytes()) / (1 << 20));
+  fmt::print("flops_per_step {:.0f} = {}\n", flops.total, flops.formula);
+  fmt::print("  N = {} parameters, each counted once (the tied head is the token embedding), biases, norms and "
+             "position embeddings included; B*T = {} tokens; the attention term is QK^T and weights@V over the full "
+             "T x T, forward (4*B*T*T*D per layer) and backward (twice that); matrix products only\n",
+             flops.params, flops.tokens);
+  const FmaPeak peak = print_peak(cpu);
+
+  // One training step as train/trainer.cpp takes it (constant lr; the schedule costs nothing).
+  auto step = [&](double* fb_ms) {
+    const auto t0 = clock_type::now();
+    m.forward_backward(batch);
+    if (fb_ms) *fb_ms = ms_since(t0);
+    std::vector<ParamGrad> pg = m.grads();
+    clip_grad_norm(pg, 1.0);
+    opt.step(pg, 1e-3);
+  };
+  for (int i = 0; i < a.warmup; ++i) step(nullptr);
+  std::vector<double> ms, fb;
+  for (int i = 0; i < a.steps; ++i) {
+    double f = 0;
+    const auto t0 = clock_type::now();
+    step(&f);
+    ms.push_back(ms_since(t0));
+    fb.push_back(f);
+  }
+  const double step_ms = median(ms), fb_ms = median(fb);
+  const double gflops = flops.total / (step_ms * 1e-3) * 1e-9;
+  fmt::print("ms_per_step {:.3f} (median of {} steps after {} warm-up; min {:.3f}, max {:.3f}; forward+backward "
+             "{:.3f}, clip+AdamW {:.3f})\n",
+             step_ms, a.steps, a.warmup, *std::min_element(ms.begin(), ms.end()),
+             *std::max_element(ms.begin(), ms.end()), fb_ms, step_ms - fb_ms);
+  fmt::print("tokens_per_s {:.0f}\n", double(flops.tokens) / (step_ms * 1e-3));
+  fmt::print("gflops {:.4g}\n", gflops);
+  fmt::print("fraction_of_peak {:.4g} ({:.1f}% of {:.1f} GFLOPS on {} threads; {})\n", gflops / peak.total_gflops,
+             100.0 * gflops / peak.total_gflops, peak.total_gflops, peak.threads, cpu);
+  const double rss = peak_rss_mib();
+  fmt::print("peak_rss_mib {:.1f}\n", rss);
+  fmt::print("load_average {:.2f} (1 minute, {} CPUs: above 0 means other work shared the machine)\n", load_average(),
+             std::thread::hardware_concurrency());
+
+  // Where the time goes: the executor's per-op totals over profiled steps.
+  Executor& train_plan = m.last_train_plan();
+  train_plan.set_profile(true);
+  for (int i = 0; i < a.profile_steps; ++i) step(nullptr);
+  train_plan.set_profile(false);
+  fmt::print("\nper-op profile over {} profiled forward+backward runs (clipping and AdamW are outside the plan):\n{}",
+             a.profile_steps, train_plan.profile_report());
+
+  if (a.compare_torch) compare_torch(a, T, step_ms, rss);
+  return 0;
+}
+
+}  // namespace
+
+void BenchCommand::add_to(CLI::App& app) {
+  cmd = app.add_subcommand("bench", "Time training steps of the reference GPT against the FMA peak (and PyTorch)");
+  cmd->add_option("--config", config, "Model config JSON (bench/gpt_small.json, bench/gpt_medium.json)");
+  cmd->add_option("--batch", batch, "Batch size")->capture_default_str();
+  cmd->add_option("--seq", seq, "Sequence length (default: block_size)");
+  cmd->add_option("--steps", steps, "Timed steps (the median is reported)")->capture_default_str();
+  cmd->add_option("--warmup", warmup, "Untimed steps first")->capture_default_str();
+  cmd->add_option("--profile-steps", profile_steps, "Steps run with the per-op profile, after the timed ones")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", threads, "Worker threads (default: all cores, or GG_NUM_THREADS)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_flag("--peak", peak, "Measure and print the FMA peak only");
+  cmd->add_flag("--compare-torch", compare_torch,
+                "Also time the model in PyTorch (/usr/bin/python3) at every thread and OpenBLAS setting");
+  cmd->add_option("--torch-steps", torch_steps, "Timed steps per PyTorch setting (default: --steps)");
+  cmd->add_option("--torch-script", torch_script, "The PyTorch peer script (default: bench/torch_bench.py in the source tree)");
+}
+
+int BenchCommand::run() {
+  if (!cmd || !*cmd) return -1;
+  return run_bench(*this);
+}
+
+}  // namespace gg::cli

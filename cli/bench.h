@@ -1,0 +1,27 @@
+// `gradgraph bench`: the time of full training steps of the reference GPT (forward,
+// backward, clipping, AdamW) against the machine's measured FMA peak and, with
+// --compare-torch, against PyTorch at its best in the same run (bench/torch_bench.py).
+// `gradgraph bench --peak` prints the FMA probe alone. Registers its subcommand; main()
+// calls run().
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace gg::cli {
+
+struct BenchCommand {
+  std::string config, torch_script;
+  std::int64_t batch = 12, seq = 0;  // seq 0: the config's block_size
+  int steps = 20, warmup = 3, threads = 0, profile_steps = 5, torch_steps = 0;
+  bool peak = false, compare_torch = false;
+  CLI::App* cmd = nullptr;
+
+  void add_to(CLI::App& app);
+  // Runs the benchmark if its subcommand was given and returns its exit status, or -1.
+  int run();
+};
+
+}  // namespace gg::cli

@@ -1,0 +1,23 @@
+// The machine's single-precision FMA peak, measured: a loop of fused multiply-adds on
+// independent accumulators that never leave the registers, on one thread and then on
+// every thread of the pool (ops/parallel.h). What a kernel's GFLOPS are compared against.
+// Not a model of the machine: no memory traffic, no frequency or cache reasoning.
+#pragma once
+
+#include <cstdint>
+
+namespace gg {
+
+struct FmaPeak {
+  double per_core_gflops = 0;  // one thread alone
+  double total_gflops = 0;     // every thread of the pool at once (wall time)
+  int threads = 0;             // the pool's thread count during the measurement
+  int vector_floats = 0;       // floats per register the loop ran on (1 in the scalar build)
+  int chains = 0;              // independent accumulators per thread
+};
+
+// Measures both figures, each as the best of `repeats` runs of about `seconds` each.
+// Requires seconds > 0 and repeats >= 1. Counts an FMA as 2 flops per float.
+FmaPeak measure_fma_peak(double seconds = 0.05, int repeats = 10);
+
+}  // namespace gg

@@ -1,0 +1,83 @@
+// `gradgraph bench` as a user runs it, on a tiny model with 2 steps: every field is
+// printed, the FLOP count is the formula's, --peak prints positive GFLOPS. No timing
+// assertions (the machine may be busy).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "run_cli.h"
+#include "tests/test_util.h"
+
+using namespace gg_cli_test;
+using gg::test::contains;
+
+namespace {
+
+// The number after "`key` " at the start of a line of `out` (NaN if none).
+double number_after(const std::string& out, const std::string& key) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key + " ", 0) == 0) return std::stod(line.substr(key.size() + 1));
+  return std::nan("");
+}
+
+std::string tiny_config(const TempDir& d) {
+  const std::string path = d.file("tiny.json");
+  std::ofstream(path) << R"({"vocab_size": 5, "block_size": 4, "n_layer": 1, "n_head": 2, "n_embd": 4, "bias": true,
+    "pos_encoding": "learned", "tie_weights": true, "gelu": "erf", "layernorm_eps": 1e-5})";
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("cli: bench prints the step time, throughput, FLOPs, peak fraction, memory and profile") {
+  TempDir d;
+  const Result r = run("bench --config " + quote(tiny_config(d)) +
+                       " --batch 2 --seq 3 --steps 2 --warmup 1 --profile-steps 1 --threads 1");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.err.empty());
+  for (const char* key : {"ms_per_step", "tokens_per_s", "gflops", "fraction_of_peak", "peak_rss_mib", "arena_bytes",
+                          "peak_gflops", "peak_gflops_per_core"}) {
+    INFO(key);
+    CHECK(number_after(r.out, key) > 0);
+  }
+  // N = 288 for this config (tests/models/test_gpt_flops.cpp counts it by hand).
+  CHECK(number_after(r.out, "flops_per_step") == doctest::Approx(6.0 * 288 * 6 + 12.0 * 2 * 3 * 3 * 4));
+  CHECK(contains(r.out, "6*N*B*T + 12*L*B*T*T*D = 6*288*2*3 + 12*1*2*3*3*4"));
+  CHECK(contains(r.out, "1 threads"));
+  CHECK(contains(r.out, "per-op profile over 1 profiled"));
+  CHECK(contains(r.out, "matmul"));
+}
+
+TEST_CASE("cli: bench --peak prints positive GFLOPS with the CPU model") {
+  const Result r = run("bench --peak");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK(number_after(r.out, "peak_gflops_per_core") > 0);
+  CHECK(number_after(r.out, "peak_gflops") > 0);
+  CHECK(contains(r.out, "CPUs)"));
+}
+
+TEST_CASE("cli: bench --compare-torch without the PyTorch script is skipped, not failed") {
+  TempDir d;
+  const Result r = run("bench --config " + quote(tiny_config(d)) + " --batch 1 --steps 1 --warmup 0 --profile-steps 0"
+                       " --compare-torch --torch-script " + quote(d.file("missing.py")));
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "compare-torch skipped: the PyTorch script"));
+}
+
+TEST_CASE("cli: bench without --config, or with a sequence past block_size, is one error line") {
+  TempDir d;
+  for (const std::string& args : {std::string("bench"), "bench --config " + quote(tiny_config(d)) + " --seq 9"}) {
+    const Result r = run(args);
+    INFO(args << "\nstderr: " << r.err);
+    CHECK(r.status == 1);
+    CHECK(r.err_lines() == 1);
+    CHECK(contains(r.err, "gradgraph: error:"));
+  }
+}
