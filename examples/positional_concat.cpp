@@ -98,19 +98,7 @@ int main(int argc, char** argv) {
   // Data: random (batch, block) windows of the text, targets shifted by one; 20 fixed
   // validation batches, the same for both runs.
   train::CharData text = train::CharData::load(models::default_text_path(), block);
-  auto sample = [&](const std::vector<std::int32_t>& split, std::mt19937_64& rng) {
-    std::vector<std::int32_t> x, y;  // x, y: (B, T)
-    train::sample_batch(split, batch, block, rng, x, y);
-    return train::Batch{{"tokens", Tensor::i32({batch, block}, x)}, {"targets", Tensor::i32({batch, block}, y)}};
-  };
-  std::vector<train::Batch> val;
-  std::mt19937_64 val_rng(1337 + 1);
-  for (int i = 0; i < 20; ++i) val.push_back(sample(text.val, val_rng));
-  train::DataSource data;
-  data.train = [&](std::mt19937_64& rng) { return sample(text.train, rng); };
-  data.val = [&](std::int64_t i) { return val[std::size_t(i)]; };
-  data.items = [](const train::Batch& b) { return numel(b.at("tokens").shape()); };
-  data.item_name = "tok";
+  const train::DataSource data = models::char_windows(text, batch, block, /*val_seed=*/1337 + 1);
 
   // The run: AdamW, warm-up for a tenth of the steps, cosine to lr / 10, clip at 1.0.
   train::TrainOptions o;

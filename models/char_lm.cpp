@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <random>
 
 #include "train/data.h"
@@ -68,6 +69,28 @@ std::string vocab_from_json(const std::string& text, const std::string& path) {
 }
 }  // namespace
 
+train::DataSource char_windows(const train::CharData& text, std::int64_t B, std::int64_t T, std::uint64_t val_seed) {
+  auto batch = [&text, B, T](const std::vector<std::int32_t>& split, std::mt19937_64& rng) {
+    std::vector<std::int32_t> x, y;  // x, y: (B, T)
+    train::sample_batch(split, B, T, rng, x, y);
+    return train::Batch{{"tokens", Tensor::i32({B, T}, x)}, {"targets", Tensor::i32({B, T}, y)}};
+  };
+  struct Val {
+    std::mt19937_64 rng;
+    std::vector<train::Batch> batches;
+  };
+  auto val = std::make_shared<Val>(Val{std::mt19937_64(val_seed), {}});
+  train::DataSource d;
+  d.train = [&text, batch](std::mt19937_64& rng) { return batch(text.train, rng); };
+  d.val = [&text, batch, val](std::int64_t i) {
+    while (std::int64_t(val->batches.size()) <= i) val->batches.push_back(batch(text.val, val->rng));
+    return val->batches[std::size_t(i)];
+  };
+  d.items = [](const train::Batch& b) { return numel(b.at("tokens").shape()); };
+  d.item_name = "tok";
+  return d;
+}
+
 CharLmResult run_char_lm(const CharLmOptions& opts, GptConfig model, const train::TrainOptions& t, std::FILE* out) {
   CharLmOptions o = opts;
   CharLmOptions::table().validate(&o, "options");
@@ -77,22 +100,7 @@ CharLmResult run_char_lm(const CharLmOptions& opts, GptConfig model, const train
   train::Model m = gpt_model(model);
   const std::int64_t B = o.batch_size, T = model.block_size;
 
-  auto batch = [&](const std::vector<std::int32_t>& split, std::mt19937_64& rng) {
-    std::vector<std::int32_t> x, y;
-    train::sample_batch(split, B, T, rng, x, y);
-    return train::Batch{{"tokens", Tensor::i32({B, T}, x)}, {"targets", Tensor::i32({B, T}, y)}};
-  };
-  // Validation batches: the i-th of a fixed sequence, drawn once and kept.
-  std::vector<train::Batch> val;
-  std::mt19937_64 val_rng(std::uint64_t(t.seed) + 1);
-  train::DataSource src;
-  src.train = [&](std::mt19937_64& rng) { return batch(data.train, rng); };
-  src.val = [&](std::int64_t i) {
-    while (std::int64_t(val.size()) <= i) val.push_back(batch(data.val, val_rng));
-    return val[std::size_t(i)];
-  };
-  src.items = [](const train::Batch& b) { return numel(b.at("tokens").shape()); };
-  src.item_name = "tok";
+  train::DataSource src = char_windows(data, B, T, std::uint64_t(t.seed) + 1);
 
   fmt::print(out, "gradgraph train: {} ({} chars, vocab {}), {} layers x {} heads x {} dims, block {}, batch {}\n", path,
              data.size, data.vocab.size(), model.n_layer, model.n_head, model.n_embd, model.block_size, B);

@@ -9,6 +9,7 @@
 
 #include "gpt.h"
 #include "../train/checkpoint.h"
+#include "../train/data.h"
 #include "../train/trainer.h"
 
 namespace gg::models {
@@ -27,6 +28,12 @@ struct CharLmOptions {
 // batch 12, 2000 steps of AdamW 1e-3, warm-up 100, cosine to 1e-4, clip 1.0, beta2 0.99,
 // weight decay 0.1, out_dir runs/shakespeare).
 train::TrainOptions char_lm_train_defaults();
+
+// Random (B, T) windows of a text as a data source: "tokens" and "targets" (the tokens
+// shifted by one), i32. Training windows come from the trainer's generator; validation
+// window batch i is the i-th of a fixed sequence seeded by val_seed (drawn once, kept), so
+// every evaluation sees the same batches. `text` must outlive the source.
+train::DataSource char_windows(const train::CharData& text, std::int64_t B, std::int64_t T, std::uint64_t val_seed);
 
 struct CharLmResult {
   train::FitResult fit;

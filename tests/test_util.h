@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <memory>
+#include <stdexcept>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -44,5 +47,32 @@ inline std::string read_all(const std::string& path) {
 inline std::string golden(const std::string& file) { return std::string(GG_SOURCE_DIR) + "/tests/golden/" + file; }
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The message of the E that `f()` throws, or "" when it throws none (a check on the
+// message then fails, naming what was expected).
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Runs `f(out)` with a temporary file as `out` (a report stream), puts what was written in
+// *text and returns f's result; the file is closed even when f throws.
+template <class F>
+auto capture(F&& f, std::string* text) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::tmpfile(), &std::fclose);
+  if (!file) throw std::runtime_error("capture: no temporary file");
+  auto result = f(file.get());
+  std::rewind(file.get());
+  std::string all;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, file.get())) > 0;) all.append(buf, n);
+  if (text) *text = all;
+  return result;
+}
 
 }  // namespace gg::test

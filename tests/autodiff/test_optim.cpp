@@ -3,6 +3,8 @@
 // gradient clipping, optimizer state round trips and the cosine learning-rate schedule.
 #include <doctest/doctest.h>
 
+#include "tests/test_util.h"
+
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -236,17 +238,9 @@ TEST_CASE("cosine_lr: linear warm-up, cosine decay, lr_min after the end") {
 }
 
 namespace {
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const GraphError& e) {
-    return e.what();
-  }
-  FAIL("no GraphError thrown");
-  return {};
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+// The message of the GraphError that `f` throws ("" when none is).
+const auto error_of = [](auto&& f) { return gg::test::error_of<GraphError>(f); };
+using gg::test::contains;
 }  // namespace
 
 TEST_CASE("load_state is checked against the parameters: kind, keys, shapes, steps") {

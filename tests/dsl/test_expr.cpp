@@ -130,17 +130,8 @@ TEST_CASE("argmax: i32 class indices for decoding and accuracy; no gradient flow
 }
 
 namespace {
-// The message of the GraphError that `f` throws ("" and a failed check if none).
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const GraphError& e) {
-    return e.what();
-  }
-  FAIL("no GraphError thrown");
-  return {};
-}
+// The message of the GraphError that `f` throws ("" when none is).
+const auto error_of = [](auto&& f) { return gg::test::error_of<GraphError>(f); };
 }  // namespace
 
 TEST_CASE("mixing Exprs of two graphs is a GraphError naming both nodes") {

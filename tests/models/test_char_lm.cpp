@@ -19,14 +19,7 @@ using gg::test::contains;
 using gg::test::golden;
 using gg::test::TempDir;
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+const auto error_of = [](auto&& f) { return gg::test::error_of<gg::train::InputError>(f); };
 
 // The golden ref_basic model (V = 13) with a 13-character vocabulary.
 struct BasicModel {

@@ -72,22 +72,7 @@ Opts tiny_options(const std::string& data, const std::string& out_dir) {
 
 // Runs the job with its report going to a temporary file; returns the result and the report.
 models::CharLmResult run(const Opts& o, std::string* report = nullptr) {
-  std::FILE* f = std::tmpfile();
-  REQUIRE(f);
-  models::CharLmResult r;
-  try {
-    r = models::run_char_lm(o.job, o.model, o.run, f);
-  } catch (...) {
-    std::fclose(f);
-    throw;
-  }
-  std::rewind(f);
-  std::string text;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-  std::fclose(f);
-  if (report) *report = text;
-  return r;
+  return gg::test::capture([&](std::FILE* out) { return models::run_char_lm(o.job, o.model, o.run, out); }, report);
 }
 
 }  // namespace

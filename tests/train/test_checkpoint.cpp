@@ -39,14 +39,7 @@ void write_text(const std::string& path, const std::string& text) {
   f << text;
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+const auto error_of = [](auto&& f) { return gg::test::error_of<gg::train::InputError>(f); };
 
 // The golden ref_basic weights: any model's parameters will do.
 std::map<std::string, Tensor> some_params() { return train::read_tensors(golden("ref_basic.weights.safetensors")); }

@@ -84,32 +84,10 @@ train::TrainOptions options(const std::string& dir) {
 
 train::FitResult quiet_fit(train::Model& m, const train::DataSource& d, const train::TrainOptions& o,
                            const train::RunInfo& info = {}, std::string* report = nullptr) {
-  std::FILE* f = std::tmpfile();
-  REQUIRE(f);
-  train::FitResult r;
-  try {
-    r = train::fit(m, d, o, info, f);
-  } catch (...) {
-    std::fclose(f);
-    throw;
-  }
-  std::rewind(f);
-  std::string text;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
-  std::fclose(f);
-  if (report) *report = text;
-  return r;
+  return gg::test::capture([&](std::FILE* out) { return train::fit(m, d, o, info, out); }, report);
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const train::InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+const auto error_of = [](auto&& f) { return gg::test::error_of<gg::train::InputError>(f); };
 
 }  // namespace
 

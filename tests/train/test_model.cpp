@@ -38,14 +38,7 @@ train::Batch batch(std::int64_t B, bool with_y = true) {
   return b;
 }
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+const auto error_of = [](auto&& f) { return gg::test::error_of<gg::train::InputError>(f); };
 
 }  // namespace
 
