@@ -10,6 +10,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <map>
+#include <set>
 
 #include <unistd.h>
 
@@ -134,26 +137,70 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
     if (r != id) last_use[r] = std::max({last_use[r], last_use[id], int(s)});
   }
 
-  // Offsets: first fit among the blocks still alive at each step.
-  struct Block {
-    std::size_t off, size;
-    int last;
+  // Offsets: first fit among the blocks still alive at each step: the lowest free gap that
+  // holds the value, else the top of the arena. Blocks expire after their last reader; the
+  // free gaps below the top are kept ordered by offset, with a multiset of their sizes, so a
+  // step costs O(log n) plus the gaps it looks at (planning time grows about linearly with
+  // the model's depth).
+  std::map<std::size_t, std::size_t> gaps;  // offset -> end, free, below top
+  std::multiset<std::size_t> gap_sizes;
+  std::map<std::size_t, std::size_t> blocks;  // offset -> end, live
+  std::size_t top = 0;
+  std::vector<std::vector<std::size_t>> expiring(order_.size());  // by last step: block offsets
+  auto add_gap = [&](std::size_t off, std::size_t end) {
+    gaps.emplace(off, end);
+    gap_sizes.insert(end - off);
   };
-  std::vector<Block> live;
+  auto remove_gap = [&](std::map<std::size_t, std::size_t>::iterator it) {
+    gap_sizes.erase(gap_sizes.find(it->second - it->first));
+    return gaps.erase(it);
+  };
+  auto release = [&](std::size_t off) {
+    auto b = blocks.find(off);
+    std::size_t lo = b->first, hi = b->second;
+    blocks.erase(b);
+    // Merge with the free gaps on either side.
+    if (auto next = gaps.find(hi); next != gaps.end()) {
+      hi = next->second;
+      remove_gap(next);
+    }
+    if (auto after = gaps.lower_bound(lo); after != gaps.begin()) {
+      auto prev = std::prev(after);
+      if (prev->second == lo) {
+        lo = prev->first;
+        remove_gap(prev);
+      }
+    }
+    if (hi >= top) {
+      top = lo;  // the freed space was at the top: the top comes down instead
+      return;
+    }
+    add_gap(lo, hi);
+  };
   offset.assign(N, 0);
+  std::size_t expired_to = 0;  // buckets below this step are released
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const Node& n = g.node(order_[s]);
     if (bound_leaf(n.op) || root[std::size_t(order_[s])] != order_[s] || interior(order_[s])) continue;
-    std::erase_if(live, [&](const Block& b) { return b.last < int(s); });
-    std::sort(live.begin(), live.end(), [](const Block& a, const Block& b) { return a.off < b.off; });
+    for (; expired_to < s; ++expired_to)
+      for (std::size_t off : expiring[expired_to]) release(off);
     const std::size_t size = round64(std::size_t(numel(n.shape)) * 4);
-    std::size_t at = 0;
-    for (const Block& b : live) {
-      if (b.off >= at + size) break;
-      at = std::max(at, b.off + b.size);
-    }
+    if (size == 0) continue;  // an empty value needs no place (its offset stays 0)
+    std::size_t at = top;
+    if (!gap_sizes.empty() && *gap_sizes.rbegin() >= size)
+      for (auto it = gaps.begin(); it != gaps.end(); ++it)
+        if (it->second - it->first >= size) {
+          at = it->first;
+          const std::size_t end = it->second;
+          remove_gap(it);
+          if (at + size < end) add_gap(at + size, end);
+          break;
+        }
+    if (at == top) top += size;
     offset[std::size_t(order_[s])] = at;
-    live.push_back({at, size, std::max(last_use[std::size_t(order_[s])], int(s))});
+    blocks.emplace(at, at + size);
+    const int last = std::max(last_use[std::size_t(order_[s])], int(s));
+    if (last != INT_MAX && std::size_t(last) < expiring.size()) expiring[std::size_t(last)].push_back(at);
     arena_bytes_ = std::max(arena_bytes_, at + size);
     unshared_bytes_ += size;
   }
