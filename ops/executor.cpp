@@ -48,8 +48,10 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   }
   user_order_.assign(order_.size(), -1);
   for (NodeId id = 0; id < g.size(); ++id)
-    if (const NodeId p = simplified_.map[std::size_t(id)]; p >= 0 && user_order_[std::size_t(step_of_[std::size_t(p)])] < 0)
-      user_order_[std::size_t(step_of_[std::size_t(p)])] = id;
+    if (const NodeId p = simplified_.map[std::size_t(id)]; p >= 0) {
+      const int step = step_of_[std::size_t(p)];  // -1: a node the outputs do not need
+      if (step >= 0 && user_order_[std::size_t(step)] < 0) user_order_[std::size_t(step)] = id;
+    }
   std::vector<std::size_t> offset;
   std::vector<NodeId> root;
   plan_memory(offset, root);
