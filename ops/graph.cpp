@@ -89,8 +89,17 @@ NodeId Graph::add(OpKind op, std::vector<NodeId> inputs, Attrs attrs, std::strin
   for (NodeId i : n.inputs)
     if (i < 0 || i >= size()) fail(n, fmt::format("input %{} is not a node of this graph", i));
   op_rule(op).infer(*this, n);
+  by_name_[n.name].push_back(NodeId(nodes_.size()));
   nodes_.push_back(std::move(n));
   return NodeId(nodes_.size() - 1);
+}
+
+void Graph::set_name(NodeId id, std::string name) {
+  std::string& old = nodes_[std::size_t(id)].name;
+  std::erase(by_name_[old], id);
+  std::vector<NodeId>& ids = by_name_[name];
+  ids.insert(std::lower_bound(ids.begin(), ids.end(), id), id);
+  old = std::move(name);
 }
 
 void Graph::add_check(NodeId id, std::string context, ValueCheck check) {
@@ -99,8 +108,10 @@ void Graph::add_check(NodeId id, std::string context, ValueCheck check) {
 }
 
 NodeId Graph::find(const std::string& name, OpKind op) const {
-  for (std::size_t i = 0; i < nodes_.size(); ++i)
-    if (nodes_[i].op == op && nodes_[i].name == name) return NodeId(i);
+  auto it = by_name_.find(name);  // an index, not a scan: models declare thousands of parameters
+  if (it == by_name_.end()) return -1;
+  for (NodeId id : it->second)
+    if (nodes_[std::size_t(id)].op == op) return id;
   return -1;
 }
 

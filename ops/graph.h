@@ -12,6 +12,7 @@
 #include <source_location>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "shape.h"
@@ -118,7 +119,7 @@ class Graph {
   [[noreturn]] void fail(const Node& n, const std::string& msg) const;
 
   // Renames a node (names are metadata: nothing depends on them but errors and listings).
-  void set_name(NodeId id, std::string name) { nodes_[std::size_t(id)].name = std::move(name); }
+  void set_name(NodeId id, std::string name);
   // Sets a node's two source lines (passes that rebuild a graph keep the original's).
   void set_site(NodeId id, std::source_location loc, std::source_location inner_loc) {
     nodes_[std::size_t(id)].loc = loc;
@@ -145,6 +146,7 @@ class Graph {
   friend class NameScope;
   friend class UserSite;
   std::deque<Node> nodes_;
+  std::unordered_map<std::string, std::vector<NodeId>> by_name_;  // for find(): ids in increasing order
   std::vector<Check> checks_;
   std::string scope_;
   std::optional<std::source_location> user_loc_, inner_loc_;
