@@ -3,7 +3,7 @@
 // path). If train::load_checkpoint accepts it, the char-LM view (models::load_char_lm:
 // GPT options and vocabulary) is loaded, and if that too is accepted, the model it names is
 // declared (train::Model::declare on a (1, block_size) batch), its parameters loaded from
-// the checkpoint, and the optimizer state loaded against them (Optimizer::load_state with
+// the checkpoint, its train_options read, and the optimizer state loaded against them (Optimizer::load_state with
 // param_shapes), as Run::resume does. Refusals (InputError, io::Error, GraphError) are
 // expected; a crash, a sanitizer report or a leak is a finding.
 #include <unistd.h>
@@ -23,6 +23,8 @@
 #include "train/checkpoint.h"
 #include "train/error.h"
 #include "train/model.h"
+#include "train/options.h"
+#include "train/trainer.h"
 
 namespace {
 
@@ -54,9 +56,14 @@ void check(const std::string& path) {
   b.emplace("targets", Tensor::i32({1, T}, std::vector<std::int32_t>(std::size_t(T), 0)));
   const std::vector<train::ParamInfo>& table = m.declare(b);
   train::load_params(m.params(), ck.params, table, path);
+  // The optimizer with the checkpoint's own options (its train_options, as resume reads them).
+  train::TrainOptions saved;
+  train::read_json(ck.train_options, path + " (train_options)", {train::bind(saved)});
   std::unique_ptr<Optimizer> opt;
-  if (ck.optimizer == "adamw") opt = std::make_unique<AdamW>();
-  else opt = std::make_unique<Sgd>(0.9);
+  if (ck.optimizer == "adamw")
+    opt = std::make_unique<AdamW>(AdamWOptions{saved.beta1, saved.beta2, saved.eps, saved.weight_decay});
+  else
+    opt = std::make_unique<Sgd>(saved.momentum);
   opt->load_state(ck.optim_state, ck.step, param_shapes(m.params()));
   if (opt->steps() != ck.step) __builtin_trap();
 }
