@@ -34,6 +34,8 @@ const std::string& temp_path() {
     const char* dir = std::getenv("TMPDIR");
     return std::string(dir && *dir ? dir : "/tmp") + "/gg_fuzz_checkpoint_" + std::to_string(getpid()) + ".safetensors";
   }();
+  static const bool cleanup = std::atexit([] { std::remove(path.c_str()); }) == 0;  // removed at exit
+  (void)cleanup;
   return path;
 }
 
