@@ -4,18 +4,24 @@
 # from the committed seeds in fuzz/corpus/<target>/. Fails (non-zero) on a crash, a leak,
 # a timeout (10 s per input) or an allocation over 512 MB; the failing input is kept as
 # build-fuzz/artifacts/<target>/crash-* (add it to fuzz/corpus/<target>/ once fixed).
-# Needs clang++ and libFuzzer (tools/install-deps.sh installs them).
+# Needs clang++-16 and libFuzzer 16 (tools/install-deps.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-${GG_FUZZ_SECONDS:-60}}
 build=${GG_FUZZ_BUILD_DIR:-build-fuzz}
-targets=(${GG_FUZZ_TARGETS:-safetensors json chardata})
-cxx=${GG_FUZZ_CXX:-clang++}
+targets=(${GG_FUZZ_TARGETS:-safetensors json chardata checkpoint})
+# clang 16 when present: clang 14 cannot compile std::source_location with this libstdc++
+# (the checkpoint target includes ops/ and dsl/).
+default_cxx=clang++
+command -v clang++-16 >/dev/null && default_cxx=clang++-16
+cxx=${GG_FUZZ_CXX:-$default_cxx}
 
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S fuzz -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" "${launcher[@]}" >/dev/null
+start=$(date +%s)
 cmake --build "$build"
+echo "fuzz build: $(( $(date +%s) - start )) s"
 
 status=0
 for t in "${targets[@]}"; do

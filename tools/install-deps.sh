@@ -2,9 +2,10 @@
 # Installs the Debian packages gradgraph builds with, skipping those already present.
 # Run as root on Debian 12 (bookworm). Used by README's set-up commands and by CI.
 set -euo pipefail
-# clang, its sanitizer runtimes and libFuzzer: for tools/fuzz.sh, which .ci/run runs.
+# clang 16 (14 cannot compile std::source_location with bookworm's libstdc++), its
+# sanitizer runtimes and libFuzzer: for tools/fuzz.sh, which .ci/run runs.
 pkgs=(g++ cmake ninja-build libfmt-dev doctest-dev libxsimd-dev nlohmann-json3-dev libcli11-dev
-      clang libclang-rt-14-dev libfuzzer-14-dev)
+      clang-16 libclang-rt-16-dev libfuzzer-16-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
