@@ -76,13 +76,18 @@ std::string escape(const std::string& t) {
 // One heatmap with its top-left corner at (x0, y0): rows x cols cells, value(q, k).
 template <class F>
 std::string heatmap(const std::string& id, const std::string& caption, const std::vector<std::string>& rows,
-                    const std::vector<std::string>& cols, F value, int x0, int y0, int left = margin) {
+                    const std::vector<std::string>& cols, F value, int x0, int y0, int left = margin, int top = margin) {
   std::string s = fmt::format("<g class=\"heatmap\" id=\"{}\">\n", id);
   s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"12\">{}</text>\n", x0, y0 + 12, caption);
-  const int gx = x0 + left, gy = y0 + title + margin;
-  for (std::size_t i = 0; i < cols.size(); ++i)  // key labels on top
-    s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{}</text>\n",
-                     gx + int(i) * cell + cell / 2, gy - 6, cols[i]);
+  const int gx = x0 + left, gy = y0 + title + top;
+  for (std::size_t i = 0; i < cols.size(); ++i) {  // key labels on top; words turned upward
+    const int x = gx + int(i) * cell + cell / 2;
+    if (top == margin)
+      s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"middle\">{}</text>\n", x, gy - 6, cols[i]);
+    else
+      s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" transform=\"rotate(-90 {} {})\">{}</text>\n", x + 4,
+                       gy - 4, x + 4, gy - 4, cols[i]);
+  }
   for (std::size_t i = 0; i < rows.size(); ++i)  // query labels on the left
     s += fmt::format("<text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"end\">{}</text>\n", gx - 4,
                      gy + int(i) * cell + cell - 4, rows[i]);
@@ -187,10 +192,11 @@ CrossAttentionMaps cross_attention_maps(const Seq2SeqCheckpoint& ck, const std::
 std::string cross_attention_svg(const CrossAttentionMaps& m, std::int64_t head) {
   if (head < 0 || head >= m.n_head)
     throw InputError(fmt::format("cross_attention_svg: head {} outside {} heads", head, m.n_head));
-  std::size_t widest = 1;
+  std::size_t widest = 1, tallest = 1;
   for (const std::string& r : m.rows) widest = std::max(widest, r.size());
-  const int left = std::max(margin, 8 + 7 * int(widest));
-  const int w = left + int(m.cols.size()) * cell + 12, h = title + margin + int(m.rows.size()) * cell + 12;
+  for (const std::string& c : m.cols) tallest = std::max(tallest, c.size());
+  const int left = std::max(margin, 8 + 7 * int(widest)), top = tallest > 1 ? 8 + 7 * int(tallest) : margin;
+  const int w = std::max(left + int(m.cols.size()) * cell + 12, 170), h = title + top + int(m.rows.size()) * cell + 12;
   std::string s = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
                               "font-family=\"monospace\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n",
                               w, h);
@@ -198,7 +204,7 @@ std::string cross_attention_svg(const CrossAttentionMaps& m, std::int64_t head) 
   for (const std::string& r : m.rows) rows.push_back(escape(r));
   for (const std::string& c : m.cols) cols.push_back(escape(c));
   s += heatmap(fmt::format("h{}", head), fmt::format("cross-attention head {}", head), rows, cols,
-               [&](std::int64_t q, std::int64_t k) { return m.at(head, q, k); }, 0, 0, left);
+               [&](std::int64_t q, std::int64_t k) { return m.at(head, q, k); }, 0, 0, left, top);
   return s + "</svg>\n";
 }
 
