@@ -170,8 +170,13 @@ int run_hvp(const DebugCommands& d) {
 
 int run_attention(const DebugCommands& d) {
   const auto& a = d.attention;
-  models::CharLmCheckpoint ck = models::load_char_lm(a.checkpoint);
-  models::AttentionMaps m = models::attention_maps(ck.config, ck.params, ck.vocab, a.prompt);
+  const bool seq2seq = train::load_checkpoint(a.checkpoint).model_kind == "seq2seq";
+  if (seq2seq && !a.prompt.empty())
+    throw InputError(fmt::format("--prompt: {} is an encoder-decoder checkpoint; give --source", a.checkpoint));
+  if (!seq2seq && !a.source.empty())
+    throw InputError(fmt::format("--source: {} is not an encoder-decoder checkpoint; give --prompt", a.checkpoint));
+  if (seq2seq ? a.source.empty() : a.prompt.empty())
+    throw InputError(fmt::format("{}: the text to look at is missing", seq2seq ? "--source" : "--prompt"));
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
   if (ec) throw InputError(fmt::format("--out {}: cannot create the directory: {}", a.out, ec.message()));
@@ -181,6 +186,19 @@ int run_attention(const DebugCommands& d) {
     if (!(f << text)) throw InputError(fmt::format("{}: cannot write", path));
     return path;
   };
+  if (seq2seq) {
+    const models::Seq2SeqCheckpoint ck = models::load_seq2seq(a.checkpoint);
+    const models::CrossAttentionMaps m = models::cross_attention_maps(ck, a.source);
+    std::string out;
+    for (const std::string& r : m.rows) out += (out.empty() ? "" : " ") + r;
+    for (std::int64_t h = 0; h < m.n_head; ++h) write(fmt::format("cross_attention_h{}.svg", h), models::cross_attention_svg(m, h));
+    fmt::print("task {}: {} source tokens -> {} decoder steps ({}); last decoder layer's cross-attention, {} heads: "
+               "wrote {} files cross_attention_h<H>.svg in {}\n",
+               ck.task, m.cols.size(), m.rows.size(), out, m.n_head, m.n_head, a.out);
+    return 0;
+  }
+  models::CharLmCheckpoint ck = models::load_char_lm(a.checkpoint);
+  models::AttentionMaps m = models::attention_maps(ck.config, ck.params, ck.vocab, a.prompt);
   for (std::int64_t l = 0; l < m.n_layer; ++l)
     for (std::int64_t h = 0; h < m.n_head; ++h) write(fmt::format("attention_l{}h{}.svg", l, h), models::attention_svg(m, l, h));
   const std::string all = write("attention.svg", models::attention_svg(m));
@@ -213,9 +231,11 @@ void DebugCommands::add_to(CLI::App& app) {
   hvp_cmd->add_option("--seed", hc.seed, "Seed of the weights, the batch and v")->capture_default_str();
 
   auto& ac = attention;
-  attention_cmd = app.add_subcommand("attention", "SVG heatmaps of every layer's and head's attention weights on a prompt");
+  attention_cmd = app.add_subcommand("attention", "SVG heatmaps of attention weights: every layer and head of a char-LM on --prompt, or "
+                               "the last decoder layer's cross-attention of an encoder-decoder on --source");
   attention_cmd->add_option("--checkpoint", ac.checkpoint, "Checkpoint written by train")->required();
-  attention_cmd->add_option("--prompt", ac.prompt, "Text to look at (its last block_size characters)")->required();
+  attention_cmd->add_option("--prompt", ac.prompt, "char-LM: text to look at (its last block_size characters)");
+  attention_cmd->add_option("--source", ac.source, "Encoder-decoder: source to translate (\"three hundred and seven\", \"abcd\")");
   attention_cmd->add_option("--out", ac.out, "Directory for the SVG files")->capture_default_str();
 }
 

@@ -25,7 +25,7 @@ struct DebugCommands {
     std::uint64_t seed = 1;
   } hvp;
   struct {
-    std::string checkpoint, prompt, out = ".";
+    std::string checkpoint, prompt, source, out = ".";
   } attention;
   CLI::App *gradcheck_cmd = nullptr, *hvp_cmd = nullptr, *attention_cmd = nullptr;
 

@@ -2,7 +2,9 @@
 // attention, and --detect-anomaly on grad and replay.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -130,4 +132,54 @@ TEST_CASE("cli: attention writes one heatmap per layer and head, and a grid of a
   CHECK(bad.status == 1);
   CHECK(bad.err_lines() == 1);
   CHECK(contains(bad.err, "--prompt"));
+  const Result source = run("attention --checkpoint " + quote(path) + " --source abc --out " + quote(out));
+  CHECK(source.status == 1);
+  CHECK(source.err_lines() == 1);
+  CHECK(contains(source.err, "--source"));
+}
+
+TEST_CASE("cli: attention on an encoder-decoder checkpoint draws the cross-attention of each head on --source") {
+  TempDir dir;
+  const std::string run_dir = dir.file("s2s");
+  const Result t = run("train-seq2seq --task reverse --steps 40 --d-model 16 --n-head 2 --enc-layers 1 --dec-layers 1 "
+                       "--batch-size 16 --held-out 50 --eval-examples 20 --quiet --out-dir " + quote(run_dir));
+  INFO("train stdout: " << t.out << "\nstderr: " << t.err);
+  REQUIRE(t.status == 0);
+  const std::string ck = run_dir + "/checkpoint.safetensors";
+  const std::string out = dir.file("maps");
+  const Result r = run("attention --checkpoint " + quote(ck) + " --source abcde --out " + quote(out));
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(contains(r.out, "task reverse: 5 source tokens"));
+  CHECK(contains(r.out, "2 heads"));
+  for (int h = 0; h < 2; ++h) {
+    const std::string svg = read_all(out + "/cross_attention_h" + std::to_string(h) + ".svg");
+    CHECK(count(svg, "<g class=\"heatmap\"") == 1);
+    // Every cell: data-q, data-k and its weight in the title; each decoder step's row sums to 1.
+    std::map<int, double> row_sum;
+    int cells = 0, max_k = -1;
+    for (std::size_t at = svg.find("data-q=\""); at != std::string::npos; at = svg.find("data-q=\"", at + 1)) {
+      const int q = std::stoi(svg.substr(at + 8));
+      const int k = std::stoi(svg.substr(svg.find("data-k=\"", at) + 8));
+      const std::size_t end = svg.find("</title>", at);
+      const double v = std::stod(svg.substr(svg.rfind(": ", end) + 2));
+      row_sum[q] += v;
+      max_k = std::max(max_k, k);
+      ++cells;
+    }
+    CHECK(max_k == 4);  // a column per source letter
+    REQUIRE(!row_sum.empty());
+    CHECK(cells == int(row_sum.size()) * 5);
+    for (auto& [q, s] : row_sum) CHECK_MESSAGE(std::abs(s - 1) < 5 * 5e-5 + 1e-6, "row " << q << " sums to " << s);
+  }
+  CHECK_FALSE(fs::exists(out + "/cross_attention_h2.svg"));
+
+  const Result prompt = run("attention --checkpoint " + quote(ck) + " --prompt abc --out " + quote(out));
+  CHECK(prompt.status == 1);
+  CHECK(prompt.err_lines() == 1);
+  CHECK(contains(prompt.err, "--prompt"));
+  const Result bad = run("attention --checkpoint " + quote(ck) + " --source abz --out " + quote(out));
+  CHECK(bad.status == 1);
+  CHECK(bad.err_lines() == 1);
+  CHECK(contains(bad.err, "--source"));
 }
