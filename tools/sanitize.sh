@@ -24,5 +24,5 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # and the compiler, not the library's code, and a consumer built without the sanitizer
 # cannot link the instrumented libraries: they run in the normal build only.
 skip=(-E '^(install_consumer|subproject_consumer|typed_fail_.*)$')
-ctest --test-dir "$build" --output-on-failure "${skip[@]}"
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" "${skip[@]}"
 echo "sanitize: build $((built - start)) s, tests $((SECONDS - built)) s"
