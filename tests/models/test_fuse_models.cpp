@@ -11,36 +11,21 @@
 #include "autodiff/grad.h"
 #include "models/gpt.h"
 #include "ops/parallel.h"
+#include "tests/models/gpt_case.h"
 
 using namespace gg;
 
-namespace {
-
-Tensor tokens(std::int64_t B, std::int64_t T, std::int32_t V, int salt) {
-  Tensor t({B, T}, DType::i32);
-  for (std::int64_t i = 0; i < B * T; ++i) t.i()[i] = std::int32_t((i * 7 + salt) % V);
-  return t;
-}
-
-}  // namespace
 
 TEST_CASE("fuse: the reference GPT's loss, logits and gradients are unchanged by fusion, at 1 and 2 threads") {
-  for (const char* config : {"tests/golden/ref_basic.config.json", "tests/golden/ref_odd.config.json",
-                             "tests/golden/ref_sinus.config.json"})
-    for (bool training : {false, true}) {  // training: dropout's random nodes, drawn in the same order
+  for (const char* config : gg::test::kGoldenConfigs)
+    for (bool training : {false, true}) {
       CAPTURE(config);
       CAPTURE(training);
-      models::GptConfig c = models::load_gpt_config(config);
-      if (training) c.dropout = 0.1f;
-      Graph g;
-      models::Gpt m = models::build_gpt(g, c, 2, c.block_size, true, training);
-      std::vector<NodeId> wrt, outs{m.loss.id, m.logits.id};
-      for (auto& p : m.params) wrt.push_back(p.id);
-      for (NodeId d : gg::grad(g, m.loss.id, wrt)) outs.push_back(d);
+      const auto gpt = gg::test::gpt_case(config, training);
+      const Graph& g = gpt->g;
+      const std::vector<NodeId>& outs = gpt->outs;
       ParamStore ps;
       ps.init_missing(g, 11);
-      const Tensor x = tokens(2, c.block_size, std::int32_t(c.vocab_size), 0);
-      const Tensor y = tokens(2, c.block_size, std::int32_t(c.vocab_size), 3);
       std::vector<Tensor> want;
       std::size_t bytes[2] = {};
       const int before = num_threads();
@@ -50,8 +35,7 @@ TEST_CASE("fuse: the reference GPT's loss, logits and gradients are unchanged by
           Executor ex(g, outs, ps, 5, {.simplify = true, .fuse = fuse});
           bytes[fuse] = ex.unshared_bytes();
           CHECK(ex.fusion().groups.empty() != fuse);
-          ex.set_input("tokens", x);
-          ex.set_input("targets", y);
+          for (const auto& [name, t] : gpt->feeds) ex.set_input(name, t);
           ex.run();
           for (std::size_t o = 0; o < outs.size(); ++o) {
             const Tensor t = ex.get(outs[o]);

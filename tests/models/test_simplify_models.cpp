@@ -11,6 +11,7 @@
 #include "autodiff/grad.h"
 #include "models/gpt.h"
 #include "ops/simplify.h"
+#include "tests/models/gpt_case.h"
 
 using namespace gg;
 using namespace gg::dsl;
@@ -37,29 +38,19 @@ std::pair<std::size_t, std::size_t> same_off_and_on(const Graph& g, const std::v
   return {off.order().size(), on.order().size()};
 }
 
-Tensor tokens(std::int64_t B, std::int64_t T, std::int32_t V, int salt) {
-  Tensor t({B, T}, DType::i32);
-  for (std::int64_t i = 0; i < B * T; ++i) t.i()[i] = std::int32_t((i * 7 + salt) % V);
-  return t;
-}
+using gg::test::pattern_tokens;
 
 }  // namespace
 
 TEST_CASE("simplify: the reference GPT's loss, logits and gradients are unchanged by the pass") {
-  for (const char* config : {"tests/golden/ref_basic.config.json", "tests/golden/ref_odd.config.json",
-                             "tests/golden/ref_sinus.config.json"})
-    for (bool training : {false, true}) {  // training: dropout's random nodes, drawn in the same order
+  for (const char* config : gg::test::kGoldenConfigs)
+    for (bool training : {false, true}) {
       CAPTURE(config);
       CAPTURE(training);
-      models::GptConfig c = models::load_gpt_config(config);
-      if (training) c.dropout = 0.1f;
-      Graph g;
-      models::Gpt m = models::build_gpt(g, c, 2, c.block_size, true, training);
-      std::vector<NodeId> wrt, outs{m.loss.id, m.logits.id};
-      for (auto& p : m.params) wrt.push_back(p.id);
-      for (NodeId d : gg::grad(g, m.loss.id, wrt)) outs.push_back(d);
-      auto [off, on] = same_off_and_on(g, outs, {{"tokens", tokens(2, c.block_size, std::int32_t(c.vocab_size), 0)},
-                                                 {"targets", tokens(2, c.block_size, std::int32_t(c.vocab_size), 3)}});
+      const auto gpt = gg::test::gpt_case(config, training);
+      const Graph& g = gpt->g;
+      const std::vector<NodeId>& outs = gpt->outs;
+      auto [off, on] = same_off_and_on(g, outs, gpt->feeds);
       CHECK(on < off);
       // Nothing left to merge: the pass reaches its fixed point in one walk.
       Simplified s = simplify(g, outs);
@@ -89,6 +80,6 @@ TEST_CASE("simplify: composites give the same values and gradients with the pass
   for (const Expr& d : gg::dsl::grad(loss, params)) outs.push_back(d.id);
   Tensor xv({2, 5, 8});
   for (std::int64_t i = 0; i < xv.numel(); ++i) xv.f()[i] = float((i * 37) % 17) / 8.f - 1.f;
-  auto [off, on] = same_off_and_on(g, outs, {{"x", xv}, {"y", tokens(2, 5, 6, 1)}});
+  auto [off, on] = same_off_and_on(g, outs, {{"x", xv}, {"y", pattern_tokens(2, 5, 6, 1)}});
   CHECK(on < off);
 }
