@@ -364,11 +364,11 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-// At most a third of the name apart.
-std::string did_you_mean(const std::string& name, const std::vector<std::string>& names) {
+std::vector<std::string> closest_names(const std::string& name, const std::vector<std::string>& names) {
+  std::vector<std::string> close;
+  if (name.size() > 200) return close;  // edit distance is quadratic: no suggestion for huge names
   const std::size_t limit = std::max<std::size_t>(2, name.size() / 3);
   std::size_t best = SIZE_MAX;
-  std::vector<std::string> close;
   for (const std::string& n : names) {
     const std::size_t d = edit_distance(name, n);
     if (d > limit || d > best) continue;
@@ -376,6 +376,11 @@ std::string did_you_mean(const std::string& name, const std::vector<std::string>
     best = d;
     if (std::find(close.begin(), close.end(), n) == close.end()) close.push_back(n);
   }
+  return close;
+}
+
+std::string did_you_mean(const std::string& name, const std::vector<std::string>& names) {
+  const std::vector<std::string> close = closest_names(name, names);
   if (close.empty()) return "";
   return fmt::format("; did you mean '{}'?", fmt::join(close, "' or '"));
 }

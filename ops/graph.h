@@ -213,6 +213,9 @@ std::vector<std::string> scopes_of(const Graph& g, const std::vector<NodeId>& ro
 
 // "; did you mean 'a' or 'b'?" with the names closest to `name`, or "" when none is close.
 std::string did_you_mean(const std::string& name, const std::vector<std::string>& names);
+// The names of `names` nearest to `name` by edit distance, at most a third of its length
+// apart (at least 2), in their order; none for a name over 200 characters.
+std::vector<std::string> closest_names(const std::string& name, const std::vector<std::string>& names);
 
 // Ids of the nodes that `roots` depend on (roots included), in increasing order.
 std::vector<NodeId> ancestors(const Graph& g, const std::vector<NodeId>& roots);

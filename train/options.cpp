@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/json.h"
+#include "ops/graph.h"
 #include "io/read_file.h"
 
 namespace gg::train {
@@ -242,22 +243,8 @@ std::string flag_name(const std::string& option_name) {
 }
 
 std::string closest(const std::string& name, const std::vector<std::string>& known) {
-  std::string best;
-  if (name.size() > 200) return best;
-  std::size_t best_d = std::max<std::size_t>(2, name.size() / 3) + 1;
-  for (const std::string& k : known) {
-    // Levenshtein distance, two rows.
-    std::vector<std::size_t> prev(k.size() + 1), cur(k.size() + 1);
-    for (std::size_t j = 0; j <= k.size(); ++j) prev[j] = j;
-    for (std::size_t i = 1; i <= name.size(); ++i) {
-      cur[0] = i;
-      for (std::size_t j = 1; j <= k.size(); ++j)
-        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (name[i - 1] == k[j - 1] ? 0 : 1)});
-      std::swap(prev, cur);
-    }
-    if (prev[k.size()] < best_d) best_d = prev[k.size()], best = k;
-  }
-  return best;
+  const std::vector<std::string> near = closest_names(name, known);  // ops/graph.h
+  return near.empty() ? std::string() : near.front();
 }
 
 }  // namespace gg::train
