@@ -28,7 +28,7 @@ std::string plan_key(const Batch& b, bool training) {
   return k;
 }
 // "a, b, c and 12 more"
-std::string listed(const std::vector<std::string>& xs, std::size_t max = 6) {
+std::string listed(const std::vector<std::string>& xs, std::size_t max = 4) {
   std::vector<std::string> head(xs.begin(), xs.begin() + std::ptrdiff_t(std::min(max, xs.size())));
   std::string s = fmt::format("{}", fmt::join(head, ", "));
   if (xs.size() > max) s += fmt::format(" and {} more", xs.size() - max);
