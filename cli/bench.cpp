@@ -281,6 +281,9 @@ int run_bench(const BenchCommand& a) {
   train_plan.set_profile(false);
   fmt::print("\nper-op profile over {} profiled forward+backward runs (clipping and AdamW are outside the plan):\n{}",
              a.profile_steps, train_plan.profile_report());
+  if (a.profile_top > 0)
+    fmt::print("\nslowest {} steps of the plan (per forward+backward run):\n{}", a.profile_top,
+               train_plan.profile_steps_report(a.profile_top));
 
   if (a.compare_torch) compare_torch(a, T, step_ms, rss);
   return 0;
@@ -295,6 +298,9 @@ void BenchCommand::add_to(CLI::App& app) {
   cmd->add_option("--seq", seq, "Sequence length (default: block_size)");
   cmd->add_option("--steps", steps, "Timed steps (the median is reported)")->capture_default_str();
   cmd->add_option("--warmup", warmup, "Untimed steps first")->capture_default_str();
+  cmd->add_option("--profile-top", profile_top, "Also list the slowest steps of the plan, with their shapes")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--profile-steps", profile_steps, "Steps run with the per-op profile, after the timed ones")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

@@ -325,6 +325,10 @@ void Executor::run() {
     views_[std::size_t(id)].data = t.data();
   }
   for (std::size_t c : leaf_checks_) run_check(c);
+  if (profile_) {
+    step_seconds_.resize(steps_.size(), 0.0);
+    ++profiled_runs_;
+  }
   for (Step& st : steps_) {
     const Node& n = g_.node(st.id);
     st.in.clear();
@@ -342,6 +346,7 @@ void Executor::run() {
     auto t0 = std::chrono::steady_clock::now();
     compute();
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    step_seconds_[std::size_t(&st - steps_.data())] += dt;
     if (st.group >= 0) {
       fused_seconds_ += dt;
       ++fused_calls_;
@@ -434,6 +439,33 @@ std::string Executor::profile_report() const {
                      op_seconds_[std::size_t(k)] * 1e3, 100.0 * op_seconds_[std::size_t(k)] / std::max(total, 1e-12));
   }
   if (!fused_listed) s += fused_line();
+  return s;
+}
+
+std::string Executor::profile_steps_report(int top) const {
+  std::vector<std::size_t> idx(step_seconds_.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return step_seconds_[a] > step_seconds_[b]; });
+  const double runs = double(std::max<std::int64_t>(profiled_runs_, 1));
+  std::string s = fmt::format("{:>9} {:>7}  {}\n", "ms/run", "GFLOPS", "step");
+  for (std::size_t r = 0; r < idx.size() && int(r) < top; ++r) {
+    const Step& st = steps_[idx[r]];
+    const Node& n = g_.node(st.id);
+    const double ms = step_seconds_[idx[r]] / runs * 1e3;
+    std::string ins;
+    for (NodeId in : reads(st)) ins += (ins.empty() ? "" : ", ") + to_string(g_.node(in).shape);
+    std::string what = st.group >= 0 ? fmt::format("fused x{}", fusion_.groups[std::size_t(st.group)].members.size())
+                                     : std::string(op_name(n.op));
+    std::string gf = "";
+    if (st.group < 0 && n.op == OpKind::matmul) {
+      const Shape& a = g_.node(n.inputs[0]).shape;
+      const double k = double(n.attrs.trans_a ? a[a.size() - 2] : a.back());
+      gf = fmt::format("{:.1f}", 2.0 * double(numel(n.shape)) * k / (ms * 1e-3) * 1e-9);
+    }
+    s += fmt::format("{:>9.3f} {:>7}  {}{} {} <- {}{}\n", ms, gf, what,
+                     n.op == OpKind::matmul ? fmt::format("[{}{}]", n.attrs.trans_a ? "T" : "N", n.attrs.trans_b ? "T" : "N") : "",
+                     to_string(n.shape), ins, n.name.empty() ? "" : fmt::format("  '{}'", n.name));
+  }
   return s;
 }
 

@@ -86,6 +86,9 @@ class Executor {
   void set_profile(bool on) { profile_ = on; }
   // "op  calls  total ms  share", one line per op kind that ran, slowest first.
   std::string profile_report() const;
+  // The `top` steps that took longest over the profiled runs: op (or fused group), shapes,
+  // total ms, and GFLOPS for matrix products.
+  std::string profile_steps_report(int top) const;
 
  private:
   // Copies `count` values of `dtype` (with `shape`, if given) into the input named `name`.
@@ -129,6 +132,8 @@ class Executor {
   bool detect_anomaly_ = false;
   std::vector<double> op_seconds_ = std::vector<double>(op_count, 0.0);
   std::vector<std::int64_t> op_calls_ = std::vector<std::int64_t>(op_count, 0);
+  std::vector<double> step_seconds_;  // per step, over the profiled runs
+  std::int64_t profiled_runs_ = 0;
   double fused_seconds_ = 0;  // fused groups' time, profiled apart from the ops
   std::int64_t fused_calls_ = 0, fused_members_ = 0;
 };
