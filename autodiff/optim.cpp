@@ -212,14 +212,19 @@ void AdamW::step(std::span<const ParamGrad> pg, double lr, float grad_scale) {
     float* m = ms[k.param];
     float* v = vs[k.param];
     const float* g = pg[k.param].grad.data();
-    const bool decays = pg[k.param].param->shape().size() >= 2;
+    // Decay first, in a pass of its own over the chunk (still in cache for the next loop): a
+    // separate product, rounded, as PyTorch applies it, and not fused by the compiler into
+    // the update's subtraction. The constants are copied into locals: through the lambda's
+    // references, every store to w, m or v could change them, and no loop would vectorize.
+    const float gs = grad_scale, c1 = b1, c2 = b2, bc = bc2_sqrt, e = eps, lr_t = step_size, d = decay;
+    if (pg[k.param].param->shape().size() >= 2)
+      for (std::int64_t i = k.begin; i < k.end; ++i) w[i] *= d;
     for (std::int64_t i = k.begin; i < k.end; ++i) {
-      const float gi = g[i] * grad_scale;  // == the clipped gradient (x * 1.f == x)
-      if (decays) w[i] *= decay;
-      m[i] = b1 * m[i] + (1.f - b1) * gi;
-      v[i] = b2 * v[i] + (1.f - b2) * gi * gi;
-      const float denom = std::sqrt(v[i]) / bc2_sqrt + eps;
-      w[i] -= step_size * m[i] / denom;
+      const float gi = g[i] * gs;  // == the clipped gradient (x * 1.f == x)
+      m[i] = c1 * m[i] + (1.f - c1) * gi;
+      v[i] = c2 * v[i] + (1.f - c2) * gi * gi;
+      const float denom = std::sqrt(v[i]) / bc + e;
+      w[i] -= lr_t * m[i] / denom;
     }
   });
 }

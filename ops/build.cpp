@@ -173,10 +173,17 @@ NodeId sum_to(Graph& g, NodeId x, const Shape& shape, Loc loc) {
     throw GraphError(fmt::format("sum_to at {}: {} does not broadcast to {} ('{}'), so it cannot be summed down to it",
                                  site_string(g.user_loc().value_or(loc)), to_string(shape), to_string(xs),
                                  g.node(x).name));
-  // Leading axes that `shape` lacks: sum them away.
-  while (xs.size() > shape.size()) {
+  // Leading axes that `shape` lacks: sum them away, in one reduction over their product
+  // (a bias gradient (B, T, D) -> (D) is one pass down B*T rows, not one per axis).
+  if (const std::size_t lead = xs.size() - shape.size(); lead > 0) {
+    if (lead > 1) {
+      Shape flat{1};
+      for (std::size_t d = 0; d < lead; ++d) flat[0] *= xs[d];
+      flat.insert(flat.end(), xs.begin() + std::ptrdiff_t(lead), xs.end());
+      x = reshape(g, x, flat, loc);
+    }
     x = sum(g, x, 0, false, loc);
-    xs.erase(xs.begin());
+    xs.erase(xs.begin(), xs.begin() + std::ptrdiff_t(lead));
   }
   // Axes where `shape` has 1 but x does not: sum with keepdim.
   for (std::size_t d = 0; d < xs.size(); ++d)

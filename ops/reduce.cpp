@@ -45,14 +45,26 @@ void reduce_kernel(const KernelArgs& a, Row row, Acc acc) {
     });
     return;
   }
-  parallel_for(sp.outer, std::max<std::int64_t>(1, 8192 / (sp.n * sp.inner)), [&](std::int64_t b, std::int64_t e) {
+  // Columns [c0, c1) of every (n, inner) slab in [b, e): each column folds its n values in
+  // order, whoever runs it, so the split never changes a bit.
+  auto slabs = [&](std::int64_t b, std::int64_t e, std::int64_t c0, std::int64_t c1) {
     for (std::int64_t i = b; i < e; ++i) {
-      const float* xi = x + i * sp.n * sp.inner;  // xi: (n, inner)
-      float* oi = o + i * sp.inner;                // oi: (inner)
-      std::copy(xi, xi + sp.inner, oi);
-      for (std::int64_t j = 1; j < sp.n; ++j) acc(std::size_t(sp.inner), oi, xi + j * sp.inner);
+      const float* xi = x + i * sp.n * sp.inner + c0;  // xi: (n, inner) from column c0
+      float* oi = o + i * sp.inner + c0;                // oi: (inner) from column c0
+      std::copy(xi, xi + (c1 - c0), oi);
+      for (std::int64_t j = 1; j < sp.n; ++j) acc(std::size_t(c1 - c0), oi, xi + j * sp.inner);
     }
-  });
+  };
+  if (sp.outer < num_threads() && sp.inner >= 512) {
+    // Few slabs of long rows (a bias gradient: (B*T, D) -> (D)): threads split the columns,
+    // in whole 64-byte lines.
+    parallel_for((sp.inner + 15) / 16, std::max<std::int64_t>(1, 4096 / (16 * sp.n)), [&](std::int64_t b, std::int64_t e) {
+      slabs(0, sp.outer, b * 16, std::min(sp.inner, e * 16));
+    });
+    return;
+  }
+  parallel_for(sp.outer, std::max<std::int64_t>(1, 8192 / (sp.n * sp.inner)),
+               [&](std::int64_t b, std::int64_t e) { slabs(b, e, 0, sp.inner); });
 }
 
 }  // namespace

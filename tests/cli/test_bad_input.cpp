@@ -176,10 +176,10 @@ const std::vector<Row> kRows = {
      {"--weight-decay"}},
     {"sample --top-k 4294967297", [](const TempDir&) { return std::string("sample --checkpoint x --top-k 4294967297"); },
      2, {"--top-k"}},
-    {"replay --lr 1e4 writes no non-finite parameters",
+    {"replay --lr 1e8 writes no non-finite parameters",
      [](const TempDir& d) {
        return "replay --config " + kConfig + " --weights " + kWeights + " --batches " + kBatches +
-              " --optimizer sgd --lr 1e4 --out " + quote(d.file("r.safetensors"));
+              " --optimizer sgd --lr 1e8 --out " + quote(d.file("r.safetensors"));
      },
      1, {"non-finite", "--allow-nonfinite"}},
     // ---- hangs ----

@@ -218,10 +218,10 @@ TEST_CASE("cli: replay writes every parameter, losses and grad_norms") {
 TEST_CASE("cli: replay refuses to write non-finite parameters unless asked") {
   TempDir dir;
   const std::string out = dir.file("r.safetensors");
-  const Result r = run(replay_args(out) + " --optimizer sgd --lr 1e4");
-  check_refusal("replay --lr 1e4", r, {"non-finite", "--allow-nonfinite"});
+  const Result r = run(replay_args(out) + " --optimizer sgd --lr 1e8");
+  check_refusal("replay --lr 1e8", r, {"non-finite", "--allow-nonfinite"});
   CHECK_FALSE(fs::exists(out));
-  const Result forced = run(replay_args(out) + " --optimizer sgd --lr 1e4 --allow-nonfinite");
+  const Result forced = run(replay_args(out) + " --optimizer sgd --lr 1e8 --allow-nonfinite");
   INFO(forced.err);
   CHECK(forced.status == 0);
   CHECK(fs::exists(out));

@@ -12,6 +12,7 @@
 
 #include "ops/build.h"
 #include "ops/executor.h"
+#include "ops/parallel.h"
 
 using namespace gg;
 
@@ -267,4 +268,58 @@ TEST_CASE("argmax refuses an i32 operand, a scalar and an axis out of range") {
   CHECK_THROWS_WITH_AS(op::argmax(g, ids, 1), doctest::Contains("operand must be f32"), GraphError);
   CHECK_THROWS_WITH_AS(op::argmax(g, s, 0), doctest::Contains("cannot reduce a scalar"), GraphError);
   CHECK_THROWS_WITH_AS(op::argmax(g, x, 2), doctest::Contains("axis 2 out of range"), GraphError);
+}
+
+TEST_CASE("a sum down long columns splits them between threads without changing a bit") {
+  // (n, inner) with inner >= 512 and one slab: the kernel splits the columns over threads;
+  // each column still adds its n values in order, as a float loop would.
+  const int saved = num_threads();
+  for (std::int64_t inner : {512, 1000, 4099}) {
+    const std::int64_t n = 37;
+    const std::vector<float> x = random_values(n * inner, std::uint32_t(inner));
+    std::vector<float> expect(static_cast<std::size_t>(inner));
+    for (std::int64_t c = 0; c < inner; ++c) {
+      float acc = x[std::size_t(c)];
+      for (std::int64_t j = 1; j < n; ++j) acc += x[std::size_t(j * inner + c)];
+      expect[std::size_t(c)] = acc;
+    }
+    for (int threads : {1, 2, 3}) {
+      INFO("inner " << inner << ", threads " << threads);
+      set_num_threads(threads);
+      Graph g;
+      NodeId in = op::input(g, "x", {n, inner});
+      NodeId s = op::sum(g, in, 0, false);
+      ParamStore ps;
+      Executor ex(g, {s}, ps);
+      ex.set_input("x", std::span<const float>(x));
+      ex.run();
+      CHECK(ex.get(s).to_vector() == expect);
+    }
+  }
+  set_num_threads(saved);
+}
+
+TEST_CASE("sum_to removes several leading axes in one reduction over their product") {
+  Graph g;
+  NodeId x = op::input(g, "x", {3, 5, 4});
+  NodeId r = op::sum_to(g, x, {4});
+  CHECK(g.node(r).op == OpKind::sum);
+  const NodeId flat = g.node(r).inputs[0];
+  CHECK(g.node(flat).op == OpKind::reshape);
+  CHECK(g.node(flat).shape == Shape{15, 4});
+  CHECK(g.node(flat).inputs[0] == x);
+  const std::vector<float> v = random_values(60, 5);
+  ParamStore ps;
+  Executor ex(g, {r}, ps);
+  ex.set_input("x", std::span<const float>(v));
+  ex.run();
+  const std::vector<float> got = ex.get(r).to_vector();
+  for (std::size_t c = 0; c < 4; ++c) {
+    double ref = 0;
+    for (std::size_t row = 0; row < 15; ++row) ref += double(v[row * 4 + c]);
+    CHECK(got[c] == doctest::Approx(ref).epsilon(1e-6));
+  }
+  // Axes kept as 1 are still summed with keepdim, after the leading ones.
+  NodeId k = op::sum_to(g, x, {1, 4});
+  CHECK(g.node(k).shape == Shape{1, 4});
 }
