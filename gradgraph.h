@@ -15,6 +15,7 @@
 #include "ops/op_rule.h"
 #include "ops/peak.h"
 #include "ops/shape.h"
+#include "ops/remat.h"
 #include "ops/simplify.h"
 #include "ops/tangent.h"
 #include "ops/tensor.h"

@@ -30,8 +30,8 @@ bool bound_leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k
 Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed,
                    ExecutorOptions options)
     : user_g_(g),
-      simplified_(prepare(g, outputs, options.simplify)),
-      g_(options.simplify ? simplified_.graph : g),
+      simplified_(prepare(g, outputs, options)),
+      g_(options.simplify || options.remat ? simplified_.graph : g),
       params_(params),
       outputs_(simplified_.roots),
       rng_(seed) {
@@ -78,17 +78,28 @@ const std::vector<NodeId>& Executor::reads(const Step& st) const {
   return st.group >= 0 ? fusion_.groups[std::size_t(st.group)].inputs : g_.node(st.id).inputs;
 }
 
-// Checks the outputs, then simplifies what they need, or (off) maps every id to itself.
-Simplified Executor::prepare(const Graph& g, const std::vector<NodeId>& outputs, bool simplify) {
+// Checks the outputs, then simplifies what they need, or (off) maps every id to itself;
+// then (on) rematerializes.
+Simplified Executor::prepare(const Graph& g, const std::vector<NodeId>& outputs, const ExecutorOptions& options) {
   for (NodeId o : outputs)
     if (o < 0 || o >= g.size())
       throw GraphError(fmt::format("Executor: output %{} is not a node of this graph (it has {} nodes); was it built "
                                    "in another graph?", o, g.size()));
-  if (simplify) return gg::simplify(g, outputs);
   Simplified s;
-  s.map.resize(std::size_t(g.size()));
-  for (NodeId i = 0; i < g.size(); ++i) s.map[std::size_t(i)] = i;
-  s.roots = outputs;
+  if (options.simplify) {
+    s = gg::simplify(g, outputs);
+  } else {
+    s.map.resize(std::size_t(g.size()));
+    for (NodeId i = 0; i < g.size(); ++i) s.map[std::size_t(i)] = i;
+    s.roots = outputs;
+  }
+  if (options.remat) {  // then the copies: the map goes through both passes
+    Rematerialized r = gg::rematerialize(options.simplify ? s.graph : g, s.roots);
+    for (NodeId& m : s.map)
+      if (m >= 0) m = r.map[std::size_t(m)];
+    s.graph = std::move(r.graph);
+    s.roots = std::move(r.roots);
+  }
   return s;
 }
 

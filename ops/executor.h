@@ -12,6 +12,7 @@
 #include "fuse.h"
 #include "graph.h"
 #include "op_rule.h"
+#include "remat.h"
 #include "simplify.h"
 #include "tensor.h"
 
@@ -24,6 +25,9 @@ struct ExecutorOptions {
   // Run chains of element-wise ops as one step each (ops/fuse.h), after simplification.
   // Off with GG_FUSE=0 in the environment, or here.
   bool fuse = fuse_by_default();
+  // Recompute cheap element-wise values next to their late readers instead of keeping
+  // them (ops/remat.h), after simplification. Off with GG_REMAT=0, or here.
+  bool remat = remat_by_default();
 };
 
 class Executor {
@@ -103,7 +107,7 @@ class Executor {
     std::vector<std::size_t> checks;  // indices into g_.checks() to run after this step
   };
   // The phases of the constructor, in order.
-  static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, bool simplify);
+  static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, const ExecutorOptions& options);
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
   void bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root);
   void make_steps();
@@ -113,7 +117,7 @@ class Executor {
   void check_anomaly(const Step& st) const;
   const std::vector<NodeId>& reads(const Step& st) const;  // the nodes whose values st.in holds  // throws GraphError if st's output is not finite
   const Graph& user_g_;        // the graph given
-  Simplified simplified_;      // the simplified graph and the id map (the map only, when off)
+  Simplified simplified_;      // the graph after the passes and the id map (the map only, when all are off)
   const Graph& g_;             // the planned graph: simplified_.graph or user_g_
   Fusion fusion_;              // element-wise groups of g_ (empty when the pass is off)
   ParamStore& params_;

@@ -1,0 +1,168 @@
+// The rematerialization pass. Positions are node ids (the graph is in topological id
+// order, and the executor runs it in that order). For each large element-wise node, its
+// readers are split at the widest gap between consecutive readers; if that gap is wide
+// enough, the readers after it are late. The node is copied for them when each of its
+// inputs is alive at the first late reader anyway (a leaf, or a value read at or after
+// that point), or can be copied there the same way (up to RematOptions::max_depth). A second walk
+// emits the graph with every copy placed right before the first node that reads it.
+#include "ops/remat.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <string_view>
+
+namespace gg {
+namespace {
+
+bool elementwise(OpKind k) {
+  switch (k) {
+    case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
+    case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh: case OpKind::erf:
+    case OpKind::where: case OpKind::compare:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k == OpKind::constant; }
+
+struct Planner {
+  const Graph& g;
+  const RematOptions& o;
+  std::vector<std::vector<NodeId>> readers;  // per node: distinct readers, increasing
+  std::vector<char> kept;
+  std::vector<NodeId> last_use;    // INT_MAX when kept
+  std::vector<NodeId> first_late;  // per remat node: its first late reader
+  std::vector<char> remat;         // late readers read the copy
+  std::vector<NodeId> place;       // per copied node: the node its copy is emitted before, or -1
+
+  Planner(const Graph& graph, const RematOptions& options) : g(graph), o(options) {
+    const std::size_t N = std::size_t(g.size());
+    readers.resize(N);
+    for (NodeId id = 0; id < g.size(); ++id) {
+      const auto& in = g.node(id).inputs;
+      for (std::size_t i = 0; i < in.size(); ++i)
+        if (std::find(in.begin(), in.begin() + std::ptrdiff_t(i), in[i]) == in.begin() + std::ptrdiff_t(i))
+          readers[std::size_t(in[i])].push_back(id);
+    }
+    kept.assign(N, 0);
+    last_use.assign(N, 0);
+    first_late.assign(N, -1);
+    remat.assign(N, 0);
+    place.assign(N, -1);
+  }
+
+  bool copyable(NodeId v) const {
+    const Node& n = g.node(v);
+    return elementwise(n.op) && n.dtype == DType::f32 && !kept[std::size_t(v)];
+  }
+
+  // Whether u's value can be had at position p: it is a leaf, its original is still
+  // alive there (and not handed over to a copy), or it can be copied there. Copies needed
+  // are appended to `need` (not yet committed).
+  bool available(NodeId u, NodeId p, int depth, std::vector<NodeId>& need) const {
+    const Node& n = g.node(u);
+    if (leaf(n.op)) return true;
+    if (!remat[std::size_t(u)] && last_use[std::size_t(u)] >= p) return true;
+    if (place[std::size_t(u)] >= 0 && place[std::size_t(u)] <= p) return true;  // a copy is there already
+    if (std::find(need.begin(), need.end(), u) != need.end()) return true;
+    if (depth >= o.max_depth || !copyable(u)) return false;
+    for (NodeId in : n.inputs)
+      if (!available(in, p, depth + 1, need)) return false;
+    need.push_back(u);
+    return true;
+  }
+
+  void plan(const std::vector<NodeId>& roots) {
+    for (NodeId r : roots) kept[std::size_t(r)] = 1;
+    for (const Graph::Check& c : g.checks()) kept[std::size_t(c.node)] = 1;
+    for (NodeId v = 0; v < g.size(); ++v) {
+      const auto& rd = readers[std::size_t(v)];
+      last_use[std::size_t(v)] = kept[std::size_t(v)] ? INT_MAX : rd.empty() ? v : rd.back();
+    }
+    for (NodeId v = 0; v < g.size(); ++v) {
+      if (!copyable(v) || numel(g.node(v).shape) < o.min_elements) continue;
+      // Split the readers at the widest gap.
+      const auto& rd = readers[std::size_t(v)];
+      NodeId prev = v, widest = 0;
+      std::size_t split = rd.size();
+      for (std::size_t i = 0; i < rd.size(); ++i) {
+        if (rd[i] - prev > widest) {
+          widest = rd[i] - prev;
+          split = i;
+        }
+        prev = rd[i];
+      }
+      if (split == rd.size() || widest < o.min_gap) continue;
+      const NodeId p = rd[split];
+      std::vector<NodeId> need;
+      bool ok = true;
+      for (NodeId in : g.node(v).inputs) ok = ok && available(in, p, 1, need);
+      if (!ok) continue;
+      for (NodeId u : need) place[std::size_t(u)] = place[std::size_t(u)] < 0 ? p : std::min(place[std::size_t(u)], p);
+      remat[std::size_t(v)] = 1;
+      first_late[std::size_t(v)] = p;
+      place[std::size_t(v)] = place[std::size_t(v)] < 0 ? p : std::min(place[std::size_t(v)], p);
+      last_use[std::size_t(v)] = split > 0 ? rd[split - 1] : v;  // the original now dies after its early readers
+    }
+  }
+};
+
+}  // namespace
+
+bool remat_by_default() {
+  const char* v = std::getenv("GG_REMAT");
+  return !(v && std::string_view(v) == "0");
+}
+
+Rematerialized rematerialize(const Graph& g, const std::vector<NodeId>& roots, const RematOptions& options) {
+  for (NodeId r : roots)
+    if (r < 0 || r >= g.size())
+      throw GraphError(fmt::format("rematerialize: root %{} is not a node of this graph (it has {} nodes)", r, g.size()));
+  Planner pl(g, options);
+  pl.plan(roots);
+
+  const std::size_t N = std::size_t(g.size());
+  std::vector<std::vector<NodeId>> before(N);  // per node: the copies emitted right before it
+  for (NodeId v = 0; v < g.size(); ++v)
+    if (pl.place[std::size_t(v)] >= 0) before[std::size_t(pl.place[std::size_t(v)])].push_back(v);
+
+  Rematerialized r;
+  r.map.assign(N, -1);
+  std::vector<NodeId> copy(N, -1);
+  auto emit = [&](NodeId src, std::vector<NodeId> ins) {
+    const Node& n = g.node(src);
+    const NodeId m = r.graph.add(n.op, std::move(ins), n.attrs, n.name, n.loc);
+    r.graph.set_site(m, n.loc, n.inner_loc);
+    return m;
+  };
+  for (NodeId id = 0; id < g.size(); ++id) {
+    for (NodeId v : before[std::size_t(id)]) {  // increasing ids: a copy's copied inputs come first
+      std::vector<NodeId> ins;
+      for (NodeId u : g.node(v).inputs) ins.push_back(copy[std::size_t(u)] >= 0 ? copy[std::size_t(u)] : r.map[std::size_t(u)]);
+      copy[std::size_t(v)] = emit(v, std::move(ins));
+      ++r.stats.copied;
+    }
+    // An original whose readers all moved to its copy is dropped.
+    if (pl.remat[std::size_t(id)] && pl.readers[std::size_t(id)].front() >= pl.first_late[std::size_t(id)]) {
+      ++r.stats.moved;
+      continue;
+    }
+    std::vector<NodeId> ins;
+    for (NodeId u : g.node(id).inputs) {
+      const bool late = pl.remat[std::size_t(u)] && id >= pl.first_late[std::size_t(u)];
+      ins.push_back(late ? copy[std::size_t(u)] : r.map[std::size_t(u)]);
+    }
+    r.map[std::size_t(id)] = emit(id, std::move(ins));
+  }
+  for (NodeId root : roots) r.roots.push_back(r.map[std::size_t(root)]);
+  for (const Graph::Check& c : g.checks())
+    if (r.map[std::size_t(c.node)] >= 0) r.graph.add_check(r.map[std::size_t(c.node)], c.context, c.check);
+  return r;
+}
+
+}  // namespace gg
