@@ -1,7 +1,8 @@
-// The reverse pass: mark what lies between wrt and out, walk it in reverse topological
-// order, ask each node's rule for its inputs' gradients, sum them down to the inputs'
-// shapes and accumulate. Gradient nodes are named after the node they are the gradient
-// of, by its user name, or (unnamed) by the named nodes its gradient flows into.
+// The reverse pass: mark what lies between wrt and out (a no_grad node cuts the path),
+// walk it in reverse topological order, ask each node's rule for its inputs' gradients,
+// sum them down to the inputs' shapes and accumulate. Gradient nodes are named after the
+// node they are the gradient of, by its user name, or (unnamed) by the named nodes its
+// gradient flows into.
 #include "autodiff/grad.h"
 
 #include <fmt/format.h>
@@ -67,13 +68,14 @@ std::vector<NodeId> grad(Graph& g, NodeId out, const std::vector<NodeId>& wrt, N
     fail(fmt::format("seed {} does not match the output {} {}", to_string(g.node(seed).shape), who, to_string(o.shape)));
 
   const std::size_t n0 = std::size_t(out) + 1;  // nodes at or before `out`
-  // depends[i]: node i is a differentiable function of some wrt.
+  // depends[i]: node i is a differentiable function of some wrt. A node marked no_grad
+  // (op::stop_gradient) depends on nothing: no gradient node is built behind it.
   std::vector<char> depends(n0, 0), on_path(n0, 0);
   for (NodeId w : wrt)
     if (w <= out) depends[std::size_t(w)] = 1;
   for (std::size_t i = 0; i < n0; ++i) {
     const Node& n = g.node(NodeId(i));
-    if (depends[i] || n.dtype != DType::f32 || !op_rule(n.op).grad) continue;
+    if (depends[i] || n.dtype != DType::f32 || !op_rule(n.op).grad || n.attrs.no_grad) continue;
     for (NodeId in : n.inputs) depends[i] = depends[i] || depends[std::size_t(in)];
   }
   // on_path[i]: depends on wrt and `out` depends on it.
@@ -99,7 +101,7 @@ std::vector<NodeId> grad(Graph& g, NodeId out, const std::vector<NodeId>& wrt, N
     if (!on_path[i] || slot[i] < 0) continue;
     const Node& n = g.node(NodeId(i));
     auto rule = op_rule(n.op).grad;
-    if (!rule || n.inputs.empty()) continue;
+    if (!rule || n.inputs.empty() || n.attrs.no_grad) continue;  // no_grad: on the path only as a wrt
     std::vector<bool> needs(n.inputs.size());
     bool any = false;
     for (std::size_t k = 0; k < n.inputs.size(); ++k) any |= (needs[k] = on_path[std::size_t(n.inputs[k])] != 0);

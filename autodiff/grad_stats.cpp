@@ -1,6 +1,7 @@
 // grad_stats: one pass over each gradient. structurally_zero_grads: for each parameter,
 // the structure of its tangent is carried forward node by node (ops/tangent.h) to the loss,
-// noting where a path was blocked (an op with no gradient) or cancelled (a shift removed).
+// noting where a path was blocked (an op with no gradient), stopped (stop_gradient) or
+// cancelled (a shift removed).
 #include "autodiff/grad_stats.h"
 
 #include <fmt/format.h>
@@ -71,7 +72,7 @@ std::vector<ZeroGrad> structurally_zero_grads(const Graph& g, NodeId loss, const
     }
     // Every param node of this name is the same tensor: seed them all.
     std::vector<TangentShape> t(std::size_t(loss) + 1);
-    std::vector<NodeId> blocked, cancelled;
+    std::vector<NodeId> blocked, cancelled, stopped;
     for (NodeId id = 0; id <= loss; ++id) {
       const Node& n = g.node(id);
       if (!needed[std::size_t(id)]) continue;
@@ -86,7 +87,8 @@ std::vector<ZeroGrad> structurally_zero_grads(const Graph& g, NodeId loss, const
         any = any || !t[std::size_t(i)].zero;
       }
       t[std::size_t(id)] = propagate_tangent(g, id, in);
-      if (any && t[std::size_t(id)].zero) (t[std::size_t(id)].cancelled ? cancelled : blocked).push_back(id);
+      if (any && t[std::size_t(id)].zero)
+        (n.attrs.no_grad ? stopped : t[std::size_t(id)].cancelled ? cancelled : blocked).push_back(id);
     }
     if (!t[std::size_t(loss)].zero) continue;
     std::string reason;
@@ -98,6 +100,11 @@ std::vector<ZeroGrad> structurally_zero_grads(const Graph& g, NodeId loss, const
       reason += fmt::format("{}every path passes through an op with no gradient: {}{}", reason.empty() ? "" : "; ",
                             where_is(g, blocked.front()),
                             blocked.size() > 1 ? fmt::format(" and {} more", blocked.size() - 1) : "");
+    // A stop_gradient next to a cancellation is the detached max of that same x - max(x).
+    if (!stopped.empty() && cancelled.empty())
+      reason += fmt::format("{}every path passes through stop_gradient: {}{}", reason.empty() ? "" : "; ",
+                            where_is(g, stopped.front()),
+                            stopped.size() > 1 ? fmt::format(" and {} more", stopped.size() - 1) : "");
     out.push_back({name, reason});
   }
   return out;

@@ -172,6 +172,10 @@ Expr reshape(Expr x, Shape shape, Loc loc) {
   UserSite site(graph_of("reshape", loc, {x}), loc);
   return {x.g, op::reshape(*x.g, x.id, std::move(shape), loc)};
 }
+Expr stop_gradient(Expr x, Loc loc) {
+  UserSite site(graph_of("stop_gradient", loc, {x}), loc);
+  return {x.g, op::stop_gradient(*x.g, x.id, loc)};
+}
 Expr permute(Expr x, Shape perm, Loc loc) {
   UserSite site(graph_of("permute", loc, {x}), loc);
   return {x.g, op::permute(*x.g, x.id, std::move(perm), loc)};

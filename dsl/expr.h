@@ -88,6 +88,10 @@ Expr mean(Expr x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::curren
 Expr sum_all(Expr x, Loc loc = Loc::current());   // to a scalar
 Expr mean_all(Expr x, Loc loc = Loc::current());  // to a scalar
 Expr reshape(Expr x, Shape shape, Loc loc = Loc::current());
+// The value of x, through which no gradient flows (PyTorch's x.detach(), JAX's
+// stop_gradient): grad() treats the result as a constant and builds nothing behind it.
+// Free at run time (a view). E.g. softmax's shift: exp(x - stop_gradient(max(x, -1, true))).
+Expr stop_gradient(Expr x, Loc loc = Loc::current());
 Expr permute(Expr x, Shape perm, Loc loc = Loc::current());
 Expr transpose(Expr x, int a = -2, int b = -1, Loc loc = Loc::current());
 Expr expand(Expr x, Shape shape, Loc loc = Loc::current());

@@ -25,13 +25,15 @@ Expr linear(Expr x, std::int64_t out_features, const std::string& name, bool bia
 
 Expr softmax(Expr x, std::int64_t axis, Loc loc) {
   UserSite site(graph_of("softmax", loc, {x}), loc);
-  Expr e = exp(x - max(x, axis, true));  // e: like x, largest entry of each row is 1
+  // The shift by the row max is for range only (softmax is shift-invariant), so no
+  // gradient flows through it: the reverse pass builds nothing for the max.
+  Expr e = exp(x - stop_gradient(max(x, axis, true)));  // e: like x, largest entry of each row is 1
   return e / sum(e, axis, true);
 }
 
 Expr log_softmax(Expr x, std::int64_t axis, Loc loc) {
   UserSite site(graph_of("log_softmax", loc, {x}), loc);
-  Expr shifted = x - max(x, axis, true);
+  Expr shifted = x - stop_gradient(max(x, axis, true));  // shift-invariant, as in softmax
   return shifted - log(sum(exp(shifted), axis, true));
 }
 

@@ -117,6 +117,16 @@ NodeId matmul(Graph& g, NodeId a, NodeId b, bool trans_a, bool trans_b, Loc loc)
   return make(g, OpKind::matmul, {a, b}, at, loc);
 }
 
+NodeId stop_gradient(Graph& g, NodeId x, Loc loc) {
+  if (x < 0 || x >= g.size())
+    throw GraphError(fmt::format("stop_gradient at {}: %{} is not a node of this graph (it has {} nodes)",
+                                 site_string(g.user_loc().value_or(loc)), x, g.size()));
+  Attrs at;
+  at.dims = g.node(x).shape;
+  at.no_grad = true;
+  return make(g, OpKind::reshape, {x}, at, loc);
+}
+
 NodeId reshape(Graph& g, NodeId x, Shape shape, Loc loc) {
   if (g.node(x).shape == shape) return x;
   Attrs at;

@@ -55,6 +55,12 @@ NodeId gather(Graph& g, NodeId x, NodeId index, std::int64_t axis = 0, Loc loc =
 // The adjoint of gather: src has gather's output shape; out has `size` along axis.
 NodeId scatter_add(Graph& g, NodeId src, NodeId index, std::int64_t axis, std::int64_t size, Loc loc = Loc::current());
 
+// The value of x, through which no gradient flows (PyTorch's x.detach(), JAX's
+// lax.stop_gradient): an identity reshape marked Attrs::no_grad, so a view that copies
+// nothing at run time. grad() builds no gradient nodes behind it; grad with respect to
+// the returned node itself still works.
+NodeId stop_gradient(Graph& g, NodeId x, Loc loc = Loc::current());
+
 // Sums x down to `shape` (which broadcasts to x's shape): undoes broadcasting.
 NodeId sum_to(Graph& g, NodeId x, const Shape& shape, Loc loc = Loc::current());
 

@@ -191,21 +191,37 @@ const OpRule erf_rule = {
 // ---- compare -----------------------------------------------------------------------
 // A step function: no gradient flows through it.
 namespace {
-template <class T>
-void compare_rows(const KernelArgs& a, const T* x, const T* y) {
+// i32 operands: a scalar loop (index comparisons are small).
+void compare_rows_i32(const KernelArgs& a) {
+  const std::int32_t* x = a.in[0].i();
+  const std::int32_t* y = a.in[1].i();
   float* o = a.out.f();
   const Cmp c = a.node.attrs.cmp;
   broadcast_rows<2>(*a.out.shape, {a.in[0].shape, a.in[1].shape},
                     [&](std::int64_t oo, const std::array<std::int64_t, 2>& off, std::int64_t n,
                         const std::array<std::int64_t, 2>& inner) {
     for (std::int64_t i = 0; i < n; ++i) {
-      T u = x[off[0] + i * inner[0]], v = y[off[1] + i * inner[1]];
+      std::int32_t u = x[off[0] + i * inner[0]], v = y[off[1] + i * inner[1]];
       bool r = c == Cmp::lt ? u < v : c == Cmp::le ? u <= v : c == Cmp::gt ? u > v
              : c == Cmp::ge ? u >= v : c == Cmp::eq ? u == v : u != v;
       o[oo + i] = r ? 1.f : 0.f;
     }
   });
 }
+
+// f32 operands: the binary ops' SIMD rows, one kernel per comparison.
+void compare_f32(const KernelArgs& a) {
+  switch (a.node.attrs.cmp) {
+    case Cmp::lt: return binary_kernel(a, fn::compare<0>{});
+    case Cmp::le: return binary_kernel(a, fn::compare<1>{});
+    case Cmp::gt: return binary_kernel(a, fn::compare<2>{});
+    case Cmp::ge: return binary_kernel(a, fn::compare<3>{});
+    case Cmp::eq: return binary_kernel(a, fn::compare<4>{});
+    case Cmp::ne: return binary_kernel(a, fn::compare<5>{});
+  }
+}
+static_assert(int(Cmp::lt) == 0 && int(Cmp::le) == 1 && int(Cmp::gt) == 2 && int(Cmp::ge) == 3 &&
+              int(Cmp::eq) == 4 && int(Cmp::ne) == 5);
 }  // namespace
 
 const OpRule compare_rule = {
@@ -219,8 +235,8 @@ const OpRule compare_rule = {
       n.dtype = DType::f32;
     },
     [](const KernelArgs& a) {
-      if (a.in[0].dtype == DType::i32) compare_rows(a, a.in[0].i(), a.in[1].i());
-      else compare_rows(a, a.in[0].f(), a.in[1].f());
+      if (a.in[0].dtype == DType::i32) compare_rows_i32(a);
+      else compare_f32(a);
     },
     nullptr};
 
@@ -248,8 +264,7 @@ const OpRule where_rule = {
       broadcast_rows<3>(*a.out.shape, {a.in[0].shape, a.in[1].shape, a.in[2].shape},
                         [&](std::int64_t oo, const std::array<std::int64_t, 3>& off, std::int64_t n,
                             const std::array<std::int64_t, 3>& in) {
-        for (std::int64_t i = 0; i < n; ++i)
-          o[oo + i] = c[off[0] + i * in[0]] != 0.f ? x[off[1] + i * in[1]] : y[off[2] + i * in[2]];
+        simd::zip3(std::size_t(n), o + oo, c + off[0], in[0], x + off[1], in[1], y + off[2], in[2], fn::where{});
       });
     },
     [](GradArgs& a) {

@@ -43,4 +43,23 @@ struct erf {
   template <class T> T operator()(T x) const { return simd::erf(x); }
 };
 
+// 1.0 where a <op> b holds, else 0.0; with a NaN operand every comparison is false but
+// ne (as in C++). Op: 0 lt, 1 le, 2 gt, 3 ge, 4 eq, 5 ne (the order of gg::Cmp).
+template <int Op>
+struct compare {
+  template <class T> T operator()(T a, T b) const {
+    if constexpr (Op == 0) return simd::one_where(a < b);
+    else if constexpr (Op == 1) return simd::one_where(a <= b);
+    else if constexpr (Op == 2) return simd::one_where(a > b);
+    else if constexpr (Op == 3) return simd::one_where(a >= b);
+    else if constexpr (Op == 4) return simd::one_where(a == b);
+    else return simd::one_where(simd::not_equal(a, b));
+  }
+};
+// cond != 0 ? a : b, a NaN cond counting as true: written as cond == 0 ? b : a, since
+// == is false for NaN in both the scalar and the batch form.
+struct where {
+  template <class T> T operator()(T cond, T a, T b) const { return simd::select(cond == T(0.f), b, a); }
+};
+
 }  // namespace gg::fn

@@ -186,6 +186,7 @@ std::string to_text_line(const Graph& g, NodeId id) {
   std::string args;
   for (std::size_t i = 0; i < n.inputs.size(); ++i) args += fmt::format("{}%{}", i ? ", " : " ", n.inputs[i]);
   std::string at = attr_text(n);
+  if (n.attrs.no_grad) at += at.empty() ? "stop_gradient" : ", stop_gradient";
   if (!at.empty()) args += fmt::format(" [{}]", at);
   std::string lhs = fmt::format("%{} = {}{}", id, op_name(n.op), args);
   return fmt::format("{:<40} : {}{:<14}  # {}  {}\n", lhs, to_string(n.dtype), to_string(n.shape),
@@ -311,8 +312,9 @@ std::string to_dot(const Graph& g, const std::vector<NodeId>& roots, const DotOp
     const bool is_grad = n.name.rfind("grad(", 0) == 0;
     const char* color = n.op == OpKind::param ? "#cfe8ff" : leaf ? "#eeeeee" : is_grad ? "#ffe0cc" : "#ffffff";
     unit[std::size_t(id)] = fmt::format("n{}", id);
-    s += fmt::format("{}n{} [label=\"%{} {}\\n{}{}\\n{}\", style=filled, fillcolor=\"{}\"];\n", indent, id, id,
-                     op_name(n.op), to_string(n.dtype), to_string(n.shape), dot_escape(n.name), color);
+    s += fmt::format("{}n{} [label=\"%{} {}{}\\n{}{}\\n{}\", style=filled, fillcolor=\"{}\"];\n", indent, id, id,
+                     op_name(n.op), n.attrs.no_grad ? " [stop_gradient]" : "", to_string(n.dtype), to_string(n.shape),
+                     dot_escape(n.name), color);
   };
   int next_cluster = 0;
   std::function<void(const std::string&, const std::string&)> emit = [&](const std::string& name, const std::string& indent) {

@@ -44,7 +44,8 @@ struct Init {
   float a = 0.f, b = 0.f;  // normal: mean a, std b; uniform: [a, b)
 };
 
-// Op attributes; each op reads only the fields its rule documents.
+// Op attributes; each op reads only the fields its rule documents. `no_grad` is the one
+// field of any node (no kernel reads it): see op::stop_gradient (ops/build.h).
 struct Attrs {
   Shape dims;                // reshape/expand: target shape; permute: the permutation
   std::int64_t axis = 0;     // sum, max, slice, concat, gather, scatter_add
@@ -57,6 +58,10 @@ struct Attrs {
   Init init;                 // param
   DType dtype = DType::f32;  // input, constant: the leaf's dtype
   std::shared_ptr<const std::vector<float>> data;  // constant (f32 values, or i32 values stored as float)
+  // Any op: no gradient flows through this node into its inputs (PyTorch's detach, JAX's
+  // stop_gradient). The value is unchanged; grad() treats the node as a leaf that does
+  // not depend on anything, and its forward-mode tangent is zero (ops/tangent.h).
+  bool no_grad = false;
 };
 
 struct Node {

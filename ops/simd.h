@@ -29,6 +29,13 @@ inline vf erf(const vf& x) { return xsimd::erf(x); }
 inline vf max(const vf& a, const vf& b) { return xsimd::max(a, b); }
 inline vf fma(const vf& a, const vf& b, const vf& c) { return xsimd::fma(a, b, c); }
 inline float hsum(const vf& v) { return xsimd::hadd(v); }
+using mask = xsimd::batch_bool<float>;  // one register of comparison results
+// a where m, else b (bit for bit: a selection, no arithmetic).
+inline vf select(const mask& m, const vf& a, const vf& b) { return xsimd::select(m, a, b); }
+// 1.0 where m, else 0.0.
+inline vf one_where(const mask& m) { return xsimd::select(m, vf(1.f), vf(0.f)); }
+// a != b as C++ has it: true when either is NaN (xsimd's neq is ordered on AVX-512).
+inline mask not_equal(const vf& a, const vf& b) { return !(a == b); }
 inline float hmax(const vf& v) {
   alignas(64) float t[width];
   v.store_aligned(t);
@@ -47,6 +54,9 @@ inline float tanh(float x) { return std::tanh(x); }
 inline float erf(float x) { return std::erf(x); }
 inline float max(float a, float b) { return a > b ? a : b; }  // like _mm_max_ps: NaN in a gives b
 inline float fma(float a, float b, float c) { return std::fma(a, b, c); }
+inline float select(bool m, float a, float b) { return m ? a : b; }
+inline float one_where(bool m) { return m ? 1.f : 0.f; }
+inline bool not_equal(float a, float b) { return a != b; }
 
 // out[i] = f(a[i]) for i < n.
 template <class F>
@@ -88,6 +98,37 @@ inline void zip_scalar_left(std::size_t n, float* out, float s, const float* b, 
   for (; i + width <= n; i += width) store(out + i, f(sv, load(b + i)));
 #endif
   for (; i < n; ++i) out[i] = f(s, b[i]);
+}
+
+namespace detail {
+template <bool A, bool B, bool C, class F>
+inline void zip3_run(std::size_t n, float* out, const float* a, const float* b, const float* c, F f) {
+  std::size_t i = 0;
+#ifndef GG_SCALAR
+  const vf as = splat(*a), bs = splat(*b), cs = splat(*c);
+  for (; i + width <= n; i += width)
+    store(out + i, f(A ? load(a + i) : as, B ? load(b + i) : bs, C ? load(c + i) : cs));
+#endif
+  for (; i < n; ++i) out[i] = f(a[A ? i : 0], b[B ? i : 0], c[C ? i : 0]);
+}
+}  // namespace detail
+
+// out[i] = f(a[i * sa], b[i * sb], c[i * sc]) for i < n, each stride 1 (a vector) or 0
+// (one value broadcast along the run): one body per stride pattern, no multiply per element.
+template <class F>
+inline void zip3(std::size_t n, float* out, const float* a, std::int64_t sa, const float* b, std::int64_t sb,
+                 const float* c, std::int64_t sc, F f) {
+  if (n == 0) return;
+  switch ((sa ? 4 : 0) + (sb ? 2 : 0) + (sc ? 1 : 0)) {
+    case 0: return detail::zip3_run<false, false, false>(n, out, a, b, c, f);
+    case 1: return detail::zip3_run<false, false, true>(n, out, a, b, c, f);
+    case 2: return detail::zip3_run<false, true, false>(n, out, a, b, c, f);
+    case 3: return detail::zip3_run<false, true, true>(n, out, a, b, c, f);
+    case 4: return detail::zip3_run<true, false, false>(n, out, a, b, c, f);
+    case 5: return detail::zip3_run<true, false, true>(n, out, a, b, c, f);
+    case 6: return detail::zip3_run<true, true, false>(n, out, a, b, c, f);
+    default: return detail::zip3_run<true, true, true>(n, out, a, b, c, f);
+  }
 }
 
 // Sum of a[0..n).

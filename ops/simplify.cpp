@@ -43,6 +43,7 @@ std::string cse_key(const Node& n) {
                               to_string(n.shape), int(n.dtype), fmt::join(a.dims, ","), a.axis, a.begin, a.end,
                               int(a.keepdim), int(a.trans_a), int(a.trans_b), int(a.cmp), int(a.dtype),
                               int(a.init.kind), a.init.a, a.init.b);
+  if (a.no_grad) k += "no_grad|";  // never merged with the same node that passes gradients
   if (n.op == OpKind::input || n.op == OpKind::param) k += n.name;
   if (a.data) k.append(reinterpret_cast<const char*>(a.data->data()), a.data->size() * sizeof(float));
   return k;
@@ -87,8 +88,10 @@ bool foldable(const Graph& g, const Node& n) {
 
 // The node `n` (of the input graph) rewritten on inputs `ins` of the scratch graph `t`: the
 // id of an existing node of `t` it equals by an identity, or -1. May rewrite `ins` and
-// `attrs` (a permute of a permute becomes one permute of the inner input).
+// `attrs` (a permute of a permute becomes one permute of the inner input). A no_grad node
+// is kept, and never looked through: dropping it would let gradients pass.
 NodeId identity_of(const Graph& t, const Node& n, std::vector<NodeId>& ins, Attrs& attrs) {
+  if (n.attrs.no_grad) return -1;
   auto same_as = [&](NodeId x) { return t.node(x).shape == n.shape && t.node(x).dtype == n.dtype ? x : NodeId(-1); };
   switch (n.op) {
     case OpKind::add:
@@ -104,16 +107,16 @@ NodeId identity_of(const Graph& t, const Node& n, std::vector<NodeId>& ins, Attr
     case OpKind::div:
       return all_equal(t.node(ins[1]), 1.f) ? same_as(ins[0]) : -1;
     case OpKind::neg:
-      return t.node(ins[0]).op == OpKind::neg ? t.node(ins[0]).inputs[0] : -1;
+      return t.node(ins[0]).op == OpKind::neg && !t.node(ins[0]).attrs.no_grad ? t.node(ins[0]).inputs[0] : -1;
     case OpKind::reshape:
     case OpKind::expand:
       // reshape(reshape(x)) = reshape(x); expand(expand(x)) = expand(x)
-      while (t.node(ins[0]).op == n.op) ins[0] = t.node(ins[0]).inputs[0];
+      while (t.node(ins[0]).op == n.op && !t.node(ins[0]).attrs.no_grad) ins[0] = t.node(ins[0]).inputs[0];
       attrs.dims = n.shape;  // the resolved target (no -1)
       return same_as(ins[0]);
     case OpKind::permute:
       // permute(permute(x, p), q) = permute(x, p[q[i]])
-      while (t.node(ins[0]).op == OpKind::permute) {
+      while (t.node(ins[0]).op == OpKind::permute && !t.node(ins[0]).attrs.no_grad) {
         const Shape& p = t.node(ins[0]).attrs.dims;
         Shape r(attrs.dims.size());
         for (std::size_t i = 0; i < r.size(); ++i) r[i] = p[std::size_t(attrs.dims[i])];

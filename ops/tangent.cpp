@@ -79,15 +79,19 @@ TangentShape propagate_tangent(const Graph& g, NodeId id, std::span<const Tangen
   TangentShape t;
   bool any = false;
   for (std::size_t i = 0; i < n.inputs.size() && i < in.size(); ++i) any = any || varies(in[i]);
-  if (!any || !op_rule(n.op).grad || n.dtype != DType::f32) return t;
+  if (!any || !op_rule(n.op).grad || n.dtype != DType::f32 || n.attrs.no_grad) return t;
   auto at = [&](std::size_t i) { return i < in.size() ? in[i] : nullptr; };
   const std::size_t r = n.shape.size();
   std::vector<char> c(r, 0);
 
   switch (n.op) {
     case OpKind::sub: {
-      // The cancellation: X - max(X, k, keepdim) with X's tangent constant along k.
-      const Node& m = g.node(n.inputs[1]);
+      // The cancellation: X - max(X, k, keepdim) with X's tangent constant along k; the max
+      // may be detached (op::stop_gradient of it, as softmax and log_softmax build it).
+      const Node* mp = &g.node(n.inputs[1]);
+      if (mp->attrs.no_grad && mp->op == OpKind::reshape && mp->shape == g.node(mp->inputs[0]).shape)
+        mp = &g.node(mp->inputs[0]);
+      const Node& m = *mp;
       if (m.op == OpKind::max && m.attrs.keepdim && m.inputs[0] == n.inputs[0] && varies(at(0)) &&
           at(0)->constant[std::size_t(m.attrs.axis)]) {
         t.cancelled = true;

@@ -20,12 +20,18 @@ struct TangentShape {
 };
 
 // The tangent structure of node `id` from its inputs' (in[i] for input i; nullptr or a
-// zero tangent for an input that does not vary). The node is zero when no input varies or
-// its op has no gradient (compare, argmax). The one cancellation rule:
+// zero tangent for an input that does not vary). The node is zero when no input varies,
+// its op has no gradient (compare, argmax) or it is marked no_grad (op::stop_gradient: as
+// JAX's jvp of stop_gradient, its tangent is zero). The one cancellation rule:
 //   sub(X, M) with M = max(X, axis k, keepdim) and X's tangent constant along k is zero,
 //   because max(X + c) = max(X) + c for any c constant along k: the max trick at the
 // start of softmax and log_softmax, which is why a per-row constant added to attention
 // scores (the key bias: q . b is the same for every key) has no effect on the loss.
+//   M may also be stop_gradient(max(X, k, keepdim)), as softmax and log_softmax build it:
+// the value X - M still does not vary; the reverse pass then leaves the shift in place
+// and the normalization that follows (e / sum(e), or - log(sum(exp))) removes it, so the
+// loss's derivative is zero either way. (A bare X - stop_gradient(max(X)) with no
+// normalization after it would be called cancelled too: the rule assumes that idiom.)
 // A `where` whose other branch is a constant -inf (a mask fill) keeps its branch's
 // constant axes, since -inf + c = -inf.
 TangentShape propagate_tangent(const Graph& g, NodeId id, std::span<const TangentShape* const> in);

@@ -300,3 +300,43 @@ TEST_CASE("Hessian-vector product of a 3->4->1 tanh MLP matches finite differenc
     CHECK(std::abs(an[i] - fd[i]) <= 1e-2 * scale);
   }
 }
+
+TEST_CASE("stop_gradient: the value passes, no gradient flows behind it") {
+  Graph g;
+  E w = param(g, "w", {3});
+  E s = {&g, op::stop_gradient(g, w.id)};
+  CHECK(g.node(s.id).attrs.no_grad);
+  CHECK(s.shape() == w.shape());
+  E loss = sum_all(w * s);  // d/dw sum(w * detach(w)) = detach(w) = w, not 2w
+  // d loss / d s = w: the detached node itself is differentiable, and asking for it does
+  // not open the path behind it. w gets one contribution (a mul), not mul + the path via s.
+  std::vector<E> gs = grad(loss, {w, s});
+  CHECK(gs[0].node().op == OpKind::mul);
+  E only = sum_all(exp(E{&g, op::stop_gradient(g, (w * w).id)}));
+  E gz = grad(only, {w})[0];  // every path is stopped: zeros
+  ParamStore ps;
+  ps.set("w", t32({3}, {0.5f, -2.f, 3.f}));
+  Executor ex(g, {gs[0].id, gs[1].id, gz.id, s.id}, ps);
+  ex.run();
+  CHECK(ex.get(gs[0].id).to_vector() == std::vector<float>{0.5f, -2.f, 3.f});
+  CHECK(ex.get(gs[1].id).to_vector() == std::vector<float>{0.5f, -2.f, 3.f});
+  CHECK(ex.get(gz.id).to_vector() == std::vector<float>{0.f, 0.f, 0.f});
+  CHECK(ex.get(s.id).to_vector() == std::vector<float>{0.5f, -2.f, 3.f});  // the value is w's
+  CHECK(ancestors(g, {gz.id}).size() == 2);  // expand(0): nothing read from the forward graph
+  CHECK_THROWS_WITH_AS(op::stop_gradient(g, 999), doctest::Contains("stop_gradient at test_grad.cpp:"), GraphError);
+}
+
+TEST_CASE("stop_gradient: second derivatives see it as a constant") {
+  // f = sum(w^2 * detach(w)): f' = 2 w detach(w), f'' = 2 detach(w) (= 2w), not 6w.
+  Graph g;
+  E w = param(g, "w", {2});
+  E f = sum_all(w * w * E{&g, op::stop_gradient(g, w.id)});
+  E g1 = grad(f, {w})[0];
+  E g2 = grad(sum_all(g1), {w})[0];
+  ParamStore ps;
+  ps.set("w", t32({2}, {1.5f, -0.5f}));
+  Executor ex(g, {g1.id, g2.id}, ps);
+  ex.run();
+  CHECK(ex.get(g1.id).to_vector() == std::vector<float>{2 * 1.5f * 1.5f, 2 * 0.5f * 0.5f});
+  CHECK(ex.get(g2.id).to_vector() == std::vector<float>{3.f, -1.f});
+}

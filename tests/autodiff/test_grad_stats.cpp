@@ -51,7 +51,7 @@ namespace {
 struct TinyAttention {
   Graph g;
   NodeId wq, bq, wk, bk, unused, loss;
-  TinyAttention(bool mask) {
+  TinyAttention(bool mask, bool detach = false) {
     NodeId x = op::input(g, "x", {2, 3, 4});  // x: (B, T, D)
     wq = op::param(g, "wq", {4, 4}, Init{});
     bq = op::param(g, "bq", {4}, Init{});
@@ -64,7 +64,9 @@ struct TinyAttention {
     if (mask)
       s = op::where(g, op::constant(g, {1, 0, 0, 1, 1, 0, 1, 1, 1}, {3, 3}), s,
                     op::scalar(g, -std::numeric_limits<float>::infinity()));
-    NodeId e = op::exp(g, op::sub(g, s, op::max(g, s, 2, true)));
+    NodeId mx = op::max(g, s, 2, true);
+    if (detach) mx = op::stop_gradient(g, mx);  // as dsl::softmax builds it
+    NodeId e = op::exp(g, op::sub(g, s, mx));
     NodeId p = op::div(g, e, op::sum(g, e, 2, true));  // p: (B, T, T)
     NodeId w = op::constant(g, {0.3f, -1.f, 2.f, 0.5f, 1.5f, -0.7f, 0.2f, 0.9f, -1.2f}, {3, 3});
     loss = op::sum(g, op::reshape(g, op::mul(g, p, w), {-1}), 0);
@@ -73,14 +75,17 @@ struct TinyAttention {
 }  // namespace
 
 TEST_CASE("structurally_zero_grads: a per-row constant before a softmax (the key bias) is flagged") {
-  for (bool mask : {false, true}) {
+  for (int variant = 0; variant < 4; ++variant) {
+    const bool mask = variant & 1, detach = variant & 2;
     CAPTURE(mask);
-    TinyAttention m(mask);
+    CAPTURE(detach);
+    TinyAttention m(mask, detach);
     std::vector<ZeroGrad> z = structurally_zero_grads(m.g, m.loss, {m.wq, m.bq, m.wk, m.bk, m.unused});
     REQUIRE(z.size() == 2);
     CHECK(z[0].name == "bk");
     CHECK(z[0].reason.find("shift invariance") != std::string::npos);
     CHECK(z[0].reason.find("sub at test_grad_stats.cpp:") != std::string::npos);
+    CHECK(z[0].reason.find("stop_gradient") == std::string::npos);  // the detached max is part of the idiom
     CHECK(z[1].name == "unused");
     CHECK(z[1].reason == "no path: the loss does not read it");
 
@@ -152,4 +157,15 @@ TEST_CASE("structurally_zero_grads refuses a node that is not a parameter") {
   NodeId l = op::sum(g, x, 0);
   CHECK_THROWS_WITH_AS(structurally_zero_grads(g, l, {x}), doctest::Contains("parameters only"), GraphError);
   CHECK_THROWS_AS(structurally_zero_grads(g, 99, {}), GraphError);
+}
+
+TEST_CASE("structurally_zero_grads: a parameter seen only through stop_gradient") {
+  Graph g;
+  NodeId p = op::param(g, "p", {3}, Init{});
+  NodeId q = op::param(g, "q", {3}, Init{});
+  NodeId loss = op::sum(g, op::mul(g, op::stop_gradient(g, op::exp(g, p)), q), 0);
+  std::vector<ZeroGrad> z = structurally_zero_grads(g, loss, {p, q});
+  REQUIRE(z.size() == 1);
+  CHECK(z[0].name == "p");
+  CHECK(z[0].reason.rfind("every path passes through stop_gradient: reshape at test_grad_stats.cpp:", 0) == 0);
 }

@@ -190,3 +190,21 @@ TEST_CASE("node_ids: the ids of Exprs for an executor, refusing an Expr of anoth
   CHECK(contains(msg, "another graph"));
   CHECK(contains(error_of([&] { node_ids(g, {Expr{}}); }), "empty"));
 }
+
+TEST_CASE("stop_gradient: same value, a zero gradient to what is behind it") {
+  Graph g;
+  Expr w = param(g, "w", {3}, ones_init());
+  Expr d = stop_gradient(w * w);
+  CHECK(d.shape() == w.shape());
+  Expr loss = sum_all(w * d + stop_gradient(exp(w)));  // d/dw = detach(w * w) = w^2
+  std::vector<Expr> gs = grad(loss, {w});
+  ParamStore store;
+  store.init_missing(g, 0);
+  store.at("w") = Tensor::f32({3}, std::vector<float>{1, -2, 3});
+  Executor ex(g, {gs[0].id, d.id}, store);
+  ex.run();
+  CHECK(ex.get(gs[0].id).to_vector() == std::vector<float>{1, 4, 9});
+  CHECK(ex.get(d.id).to_vector() == std::vector<float>{1, 4, 9});
+  CHECK(contains(to_text(g, {d.id}), "[stop_gradient]"));
+  CHECK(contains(to_text(g, {d.id}), "test_expr.cpp:"));
+}

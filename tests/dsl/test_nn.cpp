@@ -5,6 +5,7 @@
 
 #include "tests/test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -115,6 +116,59 @@ TEST_CASE("gradcheck: softmax and log_softmax over the last and the first axis")
     Expr loss = weighted_sum(softmax(x, axis), 1) + weighted_sum(log_softmax(x, axis), 2);
     ParamStore ps;
     GradcheckResult r = gradcheck(g, loss.id, {x.id}, ps, {{"x", tensor({3, 5}, -2, 2, 4)}});
+    INFO(r.worst);
+    CHECK(r.ok);
+  }
+}
+
+// The node kinds grad() adds (nodes after `before` that the gradients need).
+std::map<OpKind, int> grad_ops(const Graph& g, NodeId before, const std::vector<Expr>& gs) {
+  std::vector<NodeId> ids;
+  for (const Expr& e : gs) ids.push_back(e.id);
+  std::map<OpKind, int> n;
+  for (NodeId id : ancestors(g, ids))
+    if (id >= before) ++n[g.node(id).op];
+  return n;
+}
+
+TEST_CASE("softmax, log_softmax and cross_entropy: nothing is built for the gradient of the row max") {
+  // The shift by max(x) cancels (softmax is shift-invariant): its max is detached, so the
+  // max rule's compare(x, max) * g_max, and the neg and sum that form g_max, are never built.
+  for (int which = 0; which < 3; ++which) {
+    CAPTURE(which);
+    Graph g;
+    Expr x = input(g, "x", {2, 3, 5});
+    Expr loss = which == 0   ? weighted_sum(softmax(x))
+                : which == 1 ? weighted_sum(log_softmax(x))
+                             : cross_entropy(x, input(g, "t", {2, 3}, DType::i32));
+    const NodeId before = g.size();
+    std::vector<NodeId> maxes;  // the row max and its detached view
+    for (NodeId id = 0; id < before; ++id)
+      if (g.node(id).attrs.no_grad && g.node(g.node(id).inputs[0]).op == OpKind::max)
+        maxes.insert(maxes.end(), {id, g.node(id).inputs[0]});
+    CHECK(maxes.size() == 2);
+    std::vector<Expr> gs = grad(loss, {x});
+    std::map<OpKind, int> ops = grad_ops(g, before, gs);
+    CHECK(ops[OpKind::compare] == 0);
+    CHECK(ops[OpKind::max] == 0);
+    // No gradient node reads the max: nothing was built for its path.
+    for (NodeId id : ancestors(g, {gs[0].id}))
+      if (id >= before)
+        for (NodeId in : g.node(id).inputs)
+          CHECK_MESSAGE(std::find(maxes.begin(), maxes.end(), in) == maxes.end(), to_text_line(g, id));
+  }
+}
+
+TEST_CASE("gradcheck: second derivatives of softmax and log_softmax through the detached max") {
+  for (int axis : {-1, 0}) {
+    CAPTURE(axis);
+    Graph g;
+    Expr x = input(g, "x", {3, 4});
+    Expr loss = weighted_sum(softmax(x, axis), 1) + weighted_sum(log_softmax(x, axis), 2);
+    Expr g1 = grad(loss, {x})[0];
+    Expr f = weighted_sum(g1 * g1, 3);  // a scalar of the gradient, differentiated again
+    ParamStore ps;
+    GradcheckResult r = gradcheck(g, f.id, {x.id}, ps, {{"x", tensor({3, 4}, -2, 2, 8)}});
     INFO(r.worst);
     CHECK(r.ok);
   }

@@ -87,3 +87,18 @@ TEST_CASE("eval_f64 refuses what it cannot evaluate, naming the node") {
     CHECK_THROWS_AS(eval_f64(g, {5}, {}), GraphError);
   }
 }
+
+TEST_CASE("eval_f64 and the executor pass a stop_gradient node's value through unchanged") {
+  Graph g;
+  NodeId x = op::input(g, "x", {3});
+  NodeId d = op::stop_gradient(g, op::mul(g, x, x));
+  F64Leaves l{{"x", F64Value{{3}, DType::f32, {0.5, -1.0, 2.0}}}};
+  std::vector<F64Value> v = eval_f64(g, {d}, l);
+  CHECK(v[0].v == std::vector<double>{0.25, 1.0, 4.0});
+  ParamStore ps;
+  Executor ex(g, {d}, ps);
+  const std::vector<float> xv = {0.5f, -1.f, 2.f};
+  ex.set_input("x", xv);
+  ex.run();
+  CHECK(ex.get(d).to_vector() == std::vector<float>{0.25f, 1.f, 4.f});
+}

@@ -376,3 +376,14 @@ TEST_CASE("to_dot: one cluster per name scope, collapsible, a scope expandable")
                        "to_dot: no scope 'blocks.1.atn' among the drawn nodes; did you mean 'blocks.1.attn'?",
                        GraphError);
 }
+
+TEST_CASE("to_text and to_dot mark a stop_gradient node") {
+  Graph g;
+  NodeId x = op::input(g, "x", {2, 3});
+  NodeId m = op::max(g, x, 1, true);
+  NodeId d = op::stop_gradient(g, m);
+  CHECK(contains(to_text_line(g, d), "reshape %1 [stop_gradient]"));
+  CHECK(contains(to_text_line(g, m), "[axis=1, keepdim]"));
+  CHECK_FALSE(contains(to_text_line(g, m), "stop_gradient"));
+  CHECK(contains(to_dot(g, {d}), "%2 reshape [stop_gradient]"));
+}

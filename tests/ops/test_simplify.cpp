@@ -211,3 +211,25 @@ TEST_CASE("executor: the pass is on by default, off with the option or GG_SIMPLI
   CHECK(on.value(out).f()[1] == off.value(out).f()[1]);
   CHECK_THROWS_WITH_AS(on.value(op::exp(g, x)), doctest::Contains("not an output"), GraphError);
 }
+
+TEST_CASE("simplify keeps stop_gradient: never merged with the same node that passes gradients, never dropped") {
+  Graph g;
+  NodeId x = op::input(g, "x", {2, 3});
+  NodeId m = op::max(g, x, 1, true);                             // m: (2, 1)
+  NodeId plain = op::reshape(g, op::reshape(g, m, {2}), {2, 1});  // an identity: becomes m
+  NodeId d1 = op::stop_gradient(g, m);
+  NodeId d2 = op::stop_gradient(g, m);                            // the same detached node: merged with d1
+  NodeId r = op::reshape(g, d1, {2});                             // a reshape of the detached m: not of m
+  NodeId n1 = op::neg(g, op::stop_gradient(g, op::neg(g, x)));    // neg(detach(neg(x))) is not x
+  Simplified s = simplify(g, {plain, d1, d2, r, n1});
+  const NodeId sp = s.roots[0], s1 = s.roots[1], s2 = s.roots[2], sr = s.roots[3], sn = s.roots[4];
+  CHECK(s.graph.node(sp).op == OpKind::max);
+  CHECK_FALSE(s.graph.node(sp).attrs.no_grad);
+  CHECK(s.graph.node(s1).op == OpKind::reshape);
+  CHECK(s.graph.node(s1).attrs.no_grad);
+  CHECK(s.graph.node(s1).inputs[0] == sp);
+  CHECK(s1 == s2);
+  CHECK(s.graph.node(sr).inputs[0] == s1);
+  CHECK(s.graph.node(sn).op == OpKind::neg);
+  CHECK(s.graph.node(s.graph.node(sn).inputs[0]).attrs.no_grad);
+}

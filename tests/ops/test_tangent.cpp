@@ -71,3 +71,21 @@ TEST_CASE("tangent: ops with no gradient stop it, without calling it a cancellat
   CHECK_FALSE(t[c].cancelled);
   CHECK(t[a].zero);
 }
+
+TEST_CASE("tangent: stop_gradient has a zero tangent; x - stop_gradient(max(x)) still cancels a shift") {
+  Graph g;
+  NodeId p = op::param(g, "p", {3}, Init{});
+  NodeId d = op::stop_gradient(g, op::exp(g, p));
+  NodeId y = op::mul(g, d, op::input(g, "x", {3}));
+  NodeId b = op::param(g, "b", {2, 1}, Init{});
+  NodeId s = op::add(g, op::input(g, "s", {2, 4}), b);  // constant along axis 1
+  NodeId c = op::sub(g, s, op::stop_gradient(g, op::max(g, s, 1, true)));
+  auto t = carry(g, p);
+  CHECK(t[d].zero);
+  CHECK_FALSE(t[d].cancelled);
+  CHECK(t[y].zero);
+  auto u = carry(g, b);
+  CHECK(u[s].constant == C{0, 1});
+  CHECK(u[c].zero);
+  CHECK(u[c].cancelled);
+}
