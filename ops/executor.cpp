@@ -385,6 +385,13 @@ std::string describe_node(const Graph& g, NodeId id) {
 }
 }  // namespace
 
+// "max, sub, exp, sum, div": a fused group's ops in execution order.
+std::string Executor::group_ops(int group) const {
+  std::string s;
+  for (NodeId m : fusion_.groups[std::size_t(group)].members) s += (s.empty() ? "" : ", ") + std::string(op_name(g_.node(m).op));
+  return s;
+}
+
 void Executor::check_anomaly(const Step& st) const {
   if (st.out.dtype != DType::f32) return;
   const ValueSummary out = summarize(st.out);
@@ -410,9 +417,10 @@ void Executor::check_anomaly(const Step& st) const {
                                op_name(n.op), site_string(n.loc), n.name, backward ? "backward" : "forward", st.id,
                                to_string(n.dtype), to_string(n.shape), out.nan, out.inf, st.out.numel(),
                                st.group < 0 ? ins
-                                            : fmt::format(" (the last of a fused group of {} element-wise ops; run with "
+                                            : fmt::format(" (the root of a fused group of {} ops: {}; run with "
                                                           "GG_FUSE=0 to check each one){}",
-                                                          fusion_.groups[std::size_t(st.group)].members.size(), ins)));
+                                                          fusion_.groups[std::size_t(st.group)].members.size(),
+                                                          group_ops(st.group), ins)));
 }
 
 std::string Executor::profile_report() const {

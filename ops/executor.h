@@ -110,8 +110,9 @@ class Executor {
   void plan_checks(const std::vector<int>& step_of);
   void run_check(std::size_t c) const;
   NodeId planned_id(NodeId user_id) const;
-  void check_anomaly(const Step& st) const;
-  const std::vector<NodeId>& reads(const Step& st) const;  // the nodes whose values st.in holds  // throws GraphError if st's output is not finite
+  void check_anomaly(const Step& st) const;  // throws GraphError if st's output is not finite
+  std::string group_ops(int group) const;    // a fused group's ops, in order
+  const std::vector<NodeId>& reads(const Step& st) const;  // the nodes whose values st.in holds
   const Graph& user_g_;        // the graph given
   Simplified simplified_;      // the simplified graph and the id map (the map only, when off)
   const Graph& g_;             // the planned graph: simplified_.graph or user_g_

@@ -1,12 +1,21 @@
-// Grouping element-wise chains and running a group tile by tile. A group's step walks its
-// output in whole SIMD registers (as the unary kernels do), in tiles of `tile` values;
-// for each tile it runs the program member by member, each writing one tile-sized buffer
-// on the stack (the root writes the output), so a member's loop is the op's own kernel
-// loop on a tile: the same element function on the same SIMD/scalar split.
+// Grouping element-wise chains, row reductions and broadcasts, and running a group.
+//
+// Grouping walks the planned order backwards (readers first): a fusible node joins the
+// group of its readers when they are all in one group, it is not kept and its shape fits
+// that group's row space; otherwise it starts a group of its own, as its root.
+//
+// A flat group walks its output in whole SIMD registers (as the unary kernels do), in
+// tiles of `tile` values, each member writing one tile-sized buffer on the stack. A row
+// group walks blocks of whole rows; each member writes the block's rows into a per-thread
+// buffer (n values a row, or 1 if reduced), the root writes the output. A block starts on
+// a register boundary of every transcendental member's flat values, so a unary member run
+// over the block splits into SIMD body and scalar tail exactly as its kernel does.
 #include "ops/fuse.h"
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <numeric>
 #include <string>
 
 #include "ops/elementwise_fn.h"
@@ -16,9 +25,10 @@
 namespace gg {
 namespace {
 
-constexpr std::int64_t tile = 512;  // values per member buffer: 16 members x 2 KiB stay in L1
+constexpr std::int64_t tile = 512;         // flat groups: values per member buffer (L1-sized)
+constexpr std::int64_t block_values = 1024;  // row groups: about this many values per full member buffer
 
-bool fusible_op(OpKind k) {
+bool elementwise_op(OpKind k) {
   switch (k) {
     case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
     case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh: case OpKind::erf:
@@ -27,17 +37,76 @@ bool fusible_op(OpKind k) {
       return false;
   }
 }
+bool transcendental(OpKind k) { return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf; }
 
-// An element-wise f32 node of more than one value whose operands are all of its shape or
-// of one value.
-bool fusible(const Graph& g, NodeId id) {
+// A flat member: an element-wise f32 node of more than one value whose operands are all of
+// its shape or of one value.
+bool flat_fusible(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
-  if (!fusible_op(n.op) || n.dtype != DType::f32 || numel(n.shape) <= 1) return false;
+  if (!elementwise_op(n.op) || n.dtype != DType::f32 || numel(n.shape) <= 1) return false;
   for (NodeId in : n.inputs) {
     const Node& x = g.node(in);
     if (x.dtype != DType::f32 || (x.shape != n.shape && numel(x.shape) != 1)) return false;
   }
   return true;
+}
+
+// Where a node sits in a row space: its lead dims and the row length it needs (-1: any,
+// a reduced node (lead..., 1) fits a row space of any n).
+struct Fit {
+  bool ok = false;
+  Shape lead;
+  std::int64_t n = -1;
+};
+Fit row_fit(const Graph& g, NodeId id) {
+  const Node& nd = g.node(id);
+  Fit f;
+  if (nd.dtype != DType::f32 || nd.shape.empty() || numel(nd.shape) <= 1) return f;
+  for (NodeId in : nd.inputs)
+    if (g.node(in).dtype != DType::f32) return f;
+  const std::int64_t last = nd.shape.back();
+  f.lead.assign(nd.shape.begin(), nd.shape.end() - 1);
+  switch (nd.op) {
+    case OpKind::sum: case OpKind::max:  // over the last axis, keepdim: (lead..., n) -> (lead..., 1)
+      if (!nd.attrs.keepdim || nd.attrs.axis != std::int64_t(nd.shape.size()) - 1) return f;
+      f.n = g.node(nd.inputs[0]).shape.back();
+      break;
+    case OpKind::where: case OpKind::compare: case OpKind::expand:
+      f.n = last == 1 ? -1 : last;
+      break;
+    default:
+      if (!elementwise_op(nd.op)) return f;
+      f.n = last == 1 ? -1 : last;
+  }
+  f.ok = f.n <= max_fused_row;
+  return f;
+}
+
+struct Building {
+  std::vector<NodeId> members;  // readers first
+  Shape shape;                  // flat groups (n > max_fused_row): the one shape
+  Shape lead;
+  std::int64_t n = -1;          // -1: only reduced members so far
+  bool flat_only = false;       // rows too long for a row group: flat members only
+};
+
+// Reads input `shape` in the row space (lead..., n).
+FusedRead read_of(const Shape& shape, const Shape& lead, std::int64_t n) {
+  FusedRead r;
+  const std::size_t lr = lead.size(), rank = lr + 1;
+  auto dim = [&](std::size_t d) {  // shape's dim aligned to row-space dim d, 1 if absent
+    const std::ptrdiff_t sd = std::ptrdiff_t(d) - std::ptrdiff_t(rank - shape.size());
+    return sd >= 0 ? shape[std::size_t(sd)] : 1;
+  };
+  const std::int64_t last = dim(lr);
+  r.inner = last == n && n != 1 ? 1 : 0;
+  std::int64_t acc = last;
+  r.lead_stride.assign(lr, 0);
+  for (std::size_t d = lr; d-- > 0;) {
+    r.lead_stride[d] = dim(d) == 1 ? 0 : acc;
+    acc *= dim(d);
+  }
+  return r;
 }
 
 struct Operand {
@@ -51,11 +120,13 @@ void run_unary(F f, std::int64_t len, float* dst, Operand x) {
 }
 template <class F>
 void run_binary(F f, std::int64_t len, float* dst, Operand x, Operand y) {
-  if (x.one) simd::zip_scalar_left(std::size_t(len), dst, *x.p, y.p, f);
+  if (x.one && y.one) std::fill(dst, dst + len, f(*x.p, *y.p));
+  else if (x.one) simd::zip_scalar_left(std::size_t(len), dst, *x.p, y.p, f);
   else if (y.one) simd::zip_scalar_right(std::size_t(len), dst, x.p, *y.p, f);
   else simd::zip(std::size_t(len), dst, x.p, y.p, f);
 }
 
+// Element-wise member over len values (a tile, a row, or for unary ops a block of rows).
 void run_instr(OpKind op, std::int64_t len, float* dst, Operand x, Operand y) {
   switch (op) {
     case OpKind::add: return run_binary(fn::add{}, len, dst, x, y);
@@ -69,76 +140,18 @@ void run_instr(OpKind op, std::int64_t len, float* dst, Operand x, Operand y) {
     case OpKind::sqrt: return run_unary(fn::sqrt{}, len, dst, x);
     case OpKind::tanh: return run_unary(fn::tanh{}, len, dst, x);
     case OpKind::erf: return run_unary(fn::erf{}, len, dst, x);
-    default: GG_CHECK(false && "not a fusible op");
+    default: GG_CHECK(false && "not an element-wise op");
   }
 }
 
-}  // namespace
-
-Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept) {
-  const std::size_t N = std::size_t(g.size());
-  std::vector<int> readers(N, 0), pos(N, -1);
-  std::vector<char> keep(N, 0);
-  for (NodeId k : kept) keep[std::size_t(k)] = 1;
-  for (std::size_t s = 0; s < order.size(); ++s) {
-    const Node& n = g.node(order[s]);
-    pos[std::size_t(order[s])] = int(s);
-    for (std::size_t i = 0; i < n.inputs.size(); ++i)
-      if (std::find(n.inputs.begin(), n.inputs.begin() + std::ptrdiff_t(i), n.inputs[i]) == n.inputs.begin() + std::ptrdiff_t(i))
-        ++readers[std::size_t(n.inputs[i])];  // distinct readers
-  }
-  // Every fusible node starts a group of its own and absorbs the groups of those operands
-  // that only it reads; a group that was absorbed is left empty.
-  Fusion f;
-  f.group_of.assign(N, -1);
-  std::vector<std::vector<NodeId>> members;
-  for (NodeId id : order) {
-    if (!fusible(g, id)) continue;
-    std::vector<NodeId> mine;
-    for (NodeId in : g.node(id).inputs) {
-      const int gi = f.group_of[std::size_t(in)];
-      if (gi < 0 || members[std::size_t(gi)].empty() || readers[std::size_t(in)] != 1 || keep[std::size_t(in)]) continue;
-      if (int(mine.size() + members[std::size_t(gi)].size()) + 1 > max_fused_members) continue;
-      mine.insert(mine.end(), members[std::size_t(gi)].begin(), members[std::size_t(gi)].end());
-      members[std::size_t(gi)].clear();
-    }
-    mine.push_back(id);
-    for (NodeId m : mine) f.group_of[std::size_t(m)] = int(members.size());
-    members.push_back(std::move(mine));
-  }
-  // Keep the groups of two or more, numbered in order of their roots, with their programs.
-  std::fill(f.group_of.begin(), f.group_of.end(), -1);
-  for (auto& mem : members) {
-    if (mem.size() < 2) continue;
-    std::sort(mem.begin(), mem.end(), [&](NodeId a, NodeId b) { return pos[std::size_t(a)] < pos[std::size_t(b)]; });
-    FusedGroup grp;
-    grp.root = mem.back();
-    grp.members = mem;
-    for (NodeId m : mem) f.group_of[std::size_t(m)] = int(f.groups.size());
-    for (NodeId m : mem) {
-      const Node& n = g.node(m);
-      int operand[2] = {0, 0};
-      for (std::size_t i = 0; i < n.inputs.size(); ++i) {
-        const NodeId in = n.inputs[i];
-        if (f.group_of[std::size_t(in)] == int(f.groups.size())) {
-          operand[i] = int(std::find(mem.begin(), mem.end(), in) - mem.begin());
-        } else {
-          auto it = std::find(grp.inputs.begin(), grp.inputs.end(), in);
-          if (it == grp.inputs.end()) it = grp.inputs.insert(grp.inputs.end(), in);
-          operand[i] = -int(it - grp.inputs.begin()) - 1;
-        }
-      }
-      grp.program.push_back({n.op, operand[0], operand[1]});
-    }
-    f.groups.push_back(std::move(grp));
-  }
-  return f;
+bool compare_values(Cmp c, float u, float v) {
+  return c == Cmp::lt ? u < v : c == Cmp::le ? u <= v : c == Cmp::gt ? u > v
+       : c == Cmp::ge ? u >= v : c == Cmp::eq ? u == v : u != v;
 }
 
-void run_fused(const FusedGroup& group, std::span<const View> in, View out) {
+void run_flat(const FusedGroup& group, std::span<const View> in, View out) {
   const std::int64_t n = out.numel(), w = std::int64_t(simd::width);
   const std::size_t count = group.program.size();
-  GG_CHECK(count <= std::size_t(max_fused_members) && in.size() == group.inputs.size());
   // Chunks in whole registers, as unary_kernel: only the last value(s) take the scalar tail.
   parallel_for((n + w - 1) / w, 8192 / w, [&](std::int64_t b, std::int64_t e) {
     alignas(64) float buf[max_fused_members][tile];
@@ -158,6 +171,216 @@ void run_fused(const FusedGroup& group, std::span<const View> in, View out) {
       }
     }
   });
+}
+
+void run_rows(const FusedGroup& group, std::span<const View> in, View out) {
+  const std::int64_t n = group.n, w = std::int64_t(simd::width);
+  std::int64_t rows = 1;
+  for (std::int64_t d : group.lead) rows *= d;
+  const std::size_t count = group.program.size(), nin = in.size();
+  // Rows per block: a multiple of `unit`, so that every block starts on a register boundary
+  // of each transcendental member's flat values (row r of a full member starts at r * n,
+  // of a reduced one at r).
+  std::int64_t unit = 1;
+  for (const FusedInstr& ins : group.program)
+    if (transcendental(ins.op)) unit = std::lcm(unit, ins.reduced ? w : w / std::gcd(n, w));
+  const std::int64_t R = unit * std::max<std::int64_t>(1, block_values / (unit * n));
+  const std::int64_t blocks = (rows + R - 1) / R;
+  // Per-thread scratch: member k's block at off[k] (the root writes the output instead),
+  // then each input's row offsets for the block.
+  std::vector<std::size_t> off(count, 0);
+  std::size_t total = 0;
+  for (std::size_t k = 0; k + 1 < count; ++k) {
+    off[k] = total;
+    total += std::size_t((R * (group.program[k].reduced ? 1 : n) + 15) / 16 * 16);
+  }
+  const std::size_t offs_at = total;
+  total += nin * std::size_t(R) * 2;  // int64 offsets, two floats each
+  std::vector<std::int64_t> natural(group.lead.size());  // row-space strides of the lead dims
+  for (std::size_t d = group.lead.size(), acc = 1; d-- > 0;) {
+    natural[d] = std::int64_t(acc);
+    acc *= std::size_t(group.lead[d]);
+  }
+  parallel_for(blocks, std::max<std::int64_t>(1, 16384 / (R * n)), [&](std::int64_t b, std::int64_t e) {
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < total) scratch.resize(total);
+    float* buf = scratch.data();
+    auto* roff = reinterpret_cast<std::int64_t*>(buf + offs_at);  // roff[j * R + i]: input j, row i
+    const std::size_t lr = group.lead.size();
+    std::vector<std::int64_t> idx(lr), cur(nin);
+    for (std::int64_t blk = b; blk < e; ++blk) {
+      const std::int64_t r0 = blk * R, nr = std::min(R, rows - r0);
+      // Each input's row offsets: the multi-index of row r0, then an odometer over the rows.
+      for (std::size_t d = 0; d < lr; ++d) idx[d] = r0 / natural[d] % group.lead[d];
+      for (std::size_t j = 0; j < nin; ++j) {
+        cur[j] = 0;
+        for (std::size_t d = 0; d < lr; ++d) cur[j] += idx[d] * group.reads[j].lead_stride[d];
+      }
+      for (std::int64_t i = 0; i < nr; ++i) {
+        for (std::size_t j = 0; j < nin; ++j) roff[std::int64_t(j) * R + i] = cur[j];
+        for (std::size_t d = lr; d-- > 0;) {
+          for (std::size_t j = 0; j < nin; ++j) cur[j] += group.reads[j].lead_stride[d];
+          if (++idx[d] < group.lead[d]) break;
+          for (std::size_t j = 0; j < nin; ++j) cur[j] -= group.lead[d] * group.reads[j].lead_stride[d];
+          idx[d] = 0;
+        }
+      }
+      // Operand o at row i of the block: where its row starts, and whether it is one value.
+      auto operand = [&](int o, std::int64_t i) -> Operand {
+        if (o >= 0) {
+          const bool red = group.program[std::size_t(o)].reduced;
+          return {buf + off[std::size_t(o)] + i * (red ? 1 : n), red || n == 1};
+        }
+        const std::size_t j = std::size_t(-o - 1);
+        return {in[j].f() + roff[std::int64_t(j) * R + i], group.reads[j].inner == 0};
+      };
+      for (std::size_t k = 0; k < count; ++k) {
+        const FusedInstr& ins = group.program[k];
+        const std::int64_t len = ins.reduced ? 1 : n;  // values per row
+        float* dst = k + 1 == count ? out.f() + r0 * len : buf + off[k];
+        switch (ins.op) {
+          case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh:
+          case OpKind::erf:
+            // The operand has this member's shape: its block is contiguous. One pass over
+            // the block keeps the unary kernel's SIMD/scalar split.
+            run_instr(ins.op, nr * len, dst, operand(ins.a, 0), Operand{nullptr, false});
+            break;
+          case OpKind::sum:
+            for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::sum(std::size_t(n), operand(ins.a, i).p);
+            break;
+          case OpKind::max:
+            for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::max_of(std::size_t(n), operand(ins.a, i).p);
+            break;
+          case OpKind::expand:
+            for (std::int64_t i = 0; i < nr; ++i) {
+              const Operand x = operand(ins.a, i);
+              if (x.one) std::fill(dst + i * len, dst + (i + 1) * len, *x.p);
+              else std::memcpy(dst + i * len, x.p, std::size_t(len) * 4);
+            }
+            break;
+          case OpKind::where:
+            for (std::int64_t i = 0; i < nr; ++i) {
+              const Operand c = operand(ins.a, i), x = operand(ins.b, i), y = operand(ins.c, i);
+              float* d = dst + i * len;
+              for (std::int64_t v = 0; v < len; ++v)
+                d[v] = c.p[c.one ? 0 : v] != 0.f ? x.p[x.one ? 0 : v] : y.p[y.one ? 0 : v];
+            }
+            break;
+          case OpKind::compare:
+            for (std::int64_t i = 0; i < nr; ++i) {
+              const Operand x = operand(ins.a, i), y = operand(ins.b, i);
+              float* d = dst + i * len;
+              for (std::int64_t v = 0; v < len; ++v)
+                d[v] = compare_values(ins.cmp, x.p[x.one ? 0 : v], y.p[y.one ? 0 : v]) ? 1.f : 0.f;
+            }
+            break;
+          default:  // binary element-wise: exact, any split gives the kernel's bits
+            for (std::int64_t i = 0; i < nr; ++i)
+              run_instr(ins.op, len, dst + i * len, operand(ins.a, i), operand(ins.b, i));
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept) {
+  const std::size_t N = std::size_t(g.size());
+  std::vector<int> pos(N, -1);
+  std::vector<std::vector<NodeId>> readers(N);  // distinct readers among the planned nodes
+  std::vector<char> keep(N, 0);
+  for (NodeId k : kept) keep[std::size_t(k)] = 1;
+  for (std::size_t s = 0; s < order.size(); ++s) {
+    const Node& n = g.node(order[s]);
+    pos[std::size_t(order[s])] = int(s);
+    for (std::size_t i = 0; i < n.inputs.size(); ++i)
+      if (std::find(n.inputs.begin(), n.inputs.begin() + std::ptrdiff_t(i), n.inputs[i]) == n.inputs.begin() + std::ptrdiff_t(i))
+        readers[std::size_t(n.inputs[i])].push_back(order[s]);
+  }
+  // Readers first: join the readers' group, or start one.
+  Fusion f;
+  f.group_of.assign(N, -1);
+  std::vector<Building> building;
+  for (std::size_t s = order.size(); s-- > 0;) {
+    const NodeId id = order[s];
+    const Node& nd = g.node(id);
+    const Fit fit = row_fit(g, id);
+    const bool flat = flat_fusible(g, id);
+    if (!fit.ok && !flat) continue;
+    int gi = -1;
+    const std::vector<NodeId>& rd = readers[std::size_t(id)];
+    if (!keep[std::size_t(id)] && !rd.empty()) {
+      gi = f.group_of[std::size_t(rd[0])];
+      for (NodeId r : rd)
+        if (f.group_of[std::size_t(r)] != gi) gi = -1;
+    }
+    if (gi >= 0) {
+      Building& b = building[std::size_t(gi)];
+      bool fits = int(b.members.size()) < max_fused_members;
+      if (b.flat_only) fits = fits && flat && nd.shape == b.shape;
+      else fits = fits && fit.ok && fit.lead == b.lead && (fit.n < 0 || b.n < 0 || fit.n == b.n);
+      if (fits) {
+        if (!b.flat_only && b.n < 0) b.n = fit.n;
+        b.members.push_back(id);
+        f.group_of[std::size_t(id)] = gi;
+        continue;
+      }
+    }
+    Building b;
+    b.members = {id};
+    b.shape = nd.shape;
+    b.flat_only = !fit.ok;  // a row too long: flat members only
+    b.lead = fit.lead;
+    b.n = fit.n;
+    f.group_of[std::size_t(id)] = int(building.size());
+    building.push_back(std::move(b));
+  }
+  // Keep the groups of two or more, numbered in order of their roots, with their programs.
+  std::fill(f.group_of.begin(), f.group_of.end(), -1);
+  std::reverse(building.begin(), building.end());  // roots in planned order
+  for (Building& b : building) {
+    std::vector<NodeId>& mem = b.members;
+    if (mem.size() < 2) continue;
+    std::sort(mem.begin(), mem.end(), [&](NodeId x, NodeId y) { return pos[std::size_t(x)] < pos[std::size_t(y)]; });
+    FusedGroup grp;
+    grp.root = mem.back();
+    grp.members = mem;
+    grp.flat = true;
+    for (NodeId m : mem) grp.flat = grp.flat && flat_fusible(g, m) && g.node(m).shape == b.shape;
+    grp.lead = b.lead;
+    grp.n = b.n < 0 ? 1 : b.n;
+    const int gi = int(f.groups.size());
+    for (NodeId m : mem) f.group_of[std::size_t(m)] = gi;
+    for (NodeId m : mem) {
+      const Node& n = g.node(m);
+      int operand[3] = {0, 0, 0};
+      for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+        const NodeId in = n.inputs[i];
+        if (f.group_of[std::size_t(in)] == gi) {
+          operand[i] = int(std::find(mem.begin(), mem.end(), in) - mem.begin());
+        } else {
+          auto it = std::find(grp.inputs.begin(), grp.inputs.end(), in);
+          if (it == grp.inputs.end()) it = grp.inputs.insert(grp.inputs.end(), in);
+          operand[i] = -int(it - grp.inputs.begin()) - 1;
+        }
+      }
+      FusedInstr ins{n.op, operand[0], operand[1], operand[2]};
+      ins.cmp = n.attrs.cmp;
+      ins.reduced = !grp.flat && n.shape.back() == 1;
+      grp.program.push_back(ins);
+    }
+    if (!grp.flat)
+      for (NodeId in : grp.inputs) grp.reads.push_back(read_of(g.node(in).shape, grp.lead, grp.n));
+    f.groups.push_back(std::move(grp));
+  }
+  return f;
+}
+
+void run_fused(const FusedGroup& group, std::span<const View> in, View out) {
+  GG_CHECK(group.program.size() <= std::size_t(max_fused_members) && in.size() == group.inputs.size());
+  if (group.flat) run_flat(group, in, out);
+  else run_rows(group, in, out);
 }
 
 bool fuse_by_default() {
