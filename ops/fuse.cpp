@@ -17,6 +17,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <type_traits>
 
 #include "ops/elementwise_fn.h"
 #include "ops/parallel.h"
@@ -106,6 +107,16 @@ FusedRead read_of(const Shape& shape, const Shape& lead, std::int64_t n) {
     r.lead_stride[d] = dim(d) == 1 ? 0 : acc;
     acc *= dim(d);
   }
+  // Whole rows in order (a row stride of `last` over every lead dim), or one row for all.
+  bool rows_in_order = true, one_row = true;
+  std::int64_t natural = last;
+  for (std::size_t d = lr; d-- > 0;) {
+    if (lead[d] == 1) continue;  // index 0 only: its stride never counts
+    rows_in_order = rows_in_order && r.lead_stride[d] == natural;
+    one_row = one_row && r.lead_stride[d] == 0;
+    natural *= lead[d];
+  }
+  r.step = one_row ? 0 : rows_in_order ? last : -1;
   return r;
 }
 
@@ -144,9 +155,46 @@ void run_instr(OpKind op, std::int64_t len, float* dst, Operand x, Operand y) {
   }
 }
 
-bool compare_values(Cmp c, float u, float v) {
-  return c == Cmp::lt ? u < v : c == Cmp::le ? u <= v : c == Cmp::gt ? u > v
-       : c == Cmp::ge ? u >= v : c == Cmp::eq ? u == v : u != v;
+// Calls f with std::true_type / std::false_type for each flag, so that a row loop is
+// compiled once per operand form (a broadcast value or a row) and vectorizes.
+template <class F>
+void with_flags(bool a, bool b, F f) {
+  if (a) {
+    if (b) f(std::true_type{}, std::true_type{});
+    else f(std::true_type{}, std::false_type{});
+  } else {
+    if (b) f(std::false_type{}, std::true_type{});
+    else f(std::false_type{}, std::false_type{});
+  }
+}
+
+// d = [x cmp y] over one row: 1 or 0, as compare's kernel.
+void compare_row(Cmp c, std::int64_t len, float* d, Operand x, Operand y) {
+  auto rel = [&](auto r) {
+    with_flags(x.one, y.one, [&](auto x1, auto y1) {
+      for (std::int64_t v = 0; v < len; ++v) d[v] = r(x.p[x1 ? 0 : v], y.p[y1 ? 0 : v]) ? 1.f : 0.f;
+    });
+  };
+  switch (c) {
+    case Cmp::lt: return rel([](float u, float v) { return u < v; });
+    case Cmp::le: return rel([](float u, float v) { return u <= v; });
+    case Cmp::gt: return rel([](float u, float v) { return u > v; });
+    case Cmp::ge: return rel([](float u, float v) { return u >= v; });
+    case Cmp::eq: return rel([](float u, float v) { return u == v; });
+    case Cmp::ne: return rel([](float u, float v) { return u != v; });
+  }
+}
+
+// d = c != 0 ? x : y over one row, as where's kernel.
+void where_row(std::int64_t len, float* d, Operand c, Operand x, Operand y) {
+  with_flags(x.one, y.one, [&](auto x1, auto y1) {
+    if (c.one) {
+      const bool pick = *c.p != 0.f;
+      for (std::int64_t v = 0; v < len; ++v) d[v] = pick ? x.p[x1 ? 0 : v] : y.p[y1 ? 0 : v];
+    } else {
+      for (std::int64_t v = 0; v < len; ++v) d[v] = c.p[v] != 0.f ? x.p[x1 ? 0 : v] : y.p[y1 ? 0 : v];
+    }
+  });
 }
 
 void run_flat(const FusedGroup& group, std::span<const View> in, View out) {
@@ -173,6 +221,43 @@ void run_flat(const FusedGroup& group, std::span<const View> in, View out) {
   });
 }
 
+// An operand over the rows of a block: row i starts at base + roff[i], or base + i * step.
+struct Rows {
+  const float* base;
+  const std::int64_t* roff;  // nullptr: rows at a fixed step
+  std::int64_t step;
+  bool one;  // one value per row, broadcast over it
+  const float* row(std::int64_t i) const { return base + (roff ? roff[i] : i * step); }
+  Operand at(std::int64_t i) const { return {row(i), one}; }
+  // Whether the block's values for a member of `len` values a row are one run from base
+  // (whole rows in order, or one value per row for a one-value-a-row member), or one value
+  // throughout (`constant`): then the block runs as one row of nr * len values.
+  bool flat(std::int64_t len, bool& constant) const {
+    constant = !roff && one && step == 0;
+    return constant || (!roff && ((!one && step == len) || (one && len == 1 && step == 1)));
+  }
+};
+
+// Binary element-wise member over a block: one pass when every operand runs through the
+// block in order, else row by row (the ops are exact: any split gives the kernel's bits).
+template <class F>
+void binary_rows(F f, std::int64_t nr, std::int64_t len, float* dst, const Rows& x, const Rows& y) {
+  bool xc = false, yc = false;
+  if (x.flat(len, xc) && y.flat(len, yc)) return run_binary(f, nr * len, dst, {x.base, xc}, {y.base, yc});
+  for (std::int64_t i = 0; i < nr; ++i) run_binary(f, len, dst + i * len, x.at(i), y.at(i));
+}
+
+void binary_member(OpKind op, std::int64_t nr, std::int64_t len, float* dst, const Rows& x, const Rows& y) {
+  switch (op) {
+    case OpKind::add: return binary_rows(fn::add{}, nr, len, dst, x, y);
+    case OpKind::sub: return binary_rows(fn::sub{}, nr, len, dst, x, y);
+    case OpKind::mul: return binary_rows(fn::mul{}, nr, len, dst, x, y);
+    case OpKind::div: return binary_rows(fn::div{}, nr, len, dst, x, y);
+    case OpKind::maximum: return binary_rows(fn::maximum{}, nr, len, dst, x, y);
+    default: GG_CHECK(false && "not a binary element-wise op");
+  }
+}
+
 void run_rows(const FusedGroup& group, std::span<const View> in, View out) {
   const std::int64_t n = group.n, w = std::int64_t(simd::width);
   std::int64_t rows = 1;
@@ -187,16 +272,19 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out) {
   const std::int64_t R = unit * std::max<std::int64_t>(1, block_values / (unit * n));
   const std::int64_t blocks = (rows + R - 1) / R;
   // Per-thread scratch: member k's block at off[k] (the root writes the output instead),
-  // then each input's row offsets for the block.
+  // then the row offsets of the inputs read at no fixed step.
   std::vector<std::size_t> off(count, 0);
   std::size_t total = 0;
   for (std::size_t k = 0; k + 1 < count; ++k) {
     off[k] = total;
     total += std::size_t((R * (group.program[k].reduced ? 1 : n) + 15) / 16 * 16);
   }
+  std::vector<std::size_t> irregular;  // inputs read through row offsets
+  for (std::size_t j = 0; j < nin; ++j)
+    if (group.reads[j].step < 0) irregular.push_back(j);
   const std::size_t offs_at = total;
-  total += nin * std::size_t(R) * 2;  // int64 offsets, two floats each
-  std::vector<std::int64_t> natural(group.lead.size());  // row-space strides of the lead dims
+  total += irregular.size() * std::size_t(R) * 2;  // int64 offsets, two floats each
+  std::vector<std::int64_t> natural(group.lead.size());  // row-index strides of the lead dims
   for (std::size_t d = group.lead.size(), acc = 1; d-- > 0;) {
     natural[d] = std::int64_t(acc);
     acc *= std::size_t(group.lead[d]);
@@ -205,78 +293,86 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out) {
     thread_local std::vector<float> scratch;
     if (scratch.size() < total) scratch.resize(total);
     float* buf = scratch.data();
-    auto* roff = reinterpret_cast<std::int64_t*>(buf + offs_at);  // roff[j * R + i]: input j, row i
-    const std::size_t lr = group.lead.size();
-    std::vector<std::int64_t> idx(lr), cur(nin);
+    auto* roff = reinterpret_cast<std::int64_t*>(buf + offs_at);  // roff[q * R + i]: irregular input q, row i
+    const std::size_t lr = group.lead.size(), nq = irregular.size();
+    std::vector<std::int64_t> idx(lr), cur(nq);
+    std::vector<Rows> ins_rows(nin);
     for (std::int64_t blk = b; blk < e; ++blk) {
       const std::int64_t r0 = blk * R, nr = std::min(R, rows - r0);
-      // Each input's row offsets: the multi-index of row r0, then an odometer over the rows.
-      for (std::size_t d = 0; d < lr; ++d) idx[d] = r0 / natural[d] % group.lead[d];
-      for (std::size_t j = 0; j < nin; ++j) {
-        cur[j] = 0;
-        for (std::size_t d = 0; d < lr; ++d) cur[j] += idx[d] * group.reads[j].lead_stride[d];
-      }
-      for (std::int64_t i = 0; i < nr; ++i) {
-        for (std::size_t j = 0; j < nin; ++j) roff[std::int64_t(j) * R + i] = cur[j];
-        for (std::size_t d = lr; d-- > 0;) {
-          for (std::size_t j = 0; j < nin; ++j) cur[j] += group.reads[j].lead_stride[d];
-          if (++idx[d] < group.lead[d]) break;
-          for (std::size_t j = 0; j < nin; ++j) cur[j] -= group.lead[d] * group.reads[j].lead_stride[d];
-          idx[d] = 0;
+      // The irregular inputs' row offsets: the multi-index of row r0, then an odometer.
+      if (nq) {
+        for (std::size_t d = 0; d < lr; ++d) idx[d] = r0 / natural[d] % group.lead[d];
+        for (std::size_t q = 0; q < nq; ++q) {
+          cur[q] = 0;
+          for (std::size_t d = 0; d < lr; ++d) cur[q] += idx[d] * group.reads[irregular[q]].lead_stride[d];
+        }
+        for (std::int64_t i = 0; i < nr; ++i) {
+          for (std::size_t q = 0; q < nq; ++q) roff[std::int64_t(q) * R + i] = cur[q];
+          for (std::size_t d = lr; d-- > 0;) {
+            for (std::size_t q = 0; q < nq; ++q) cur[q] += group.reads[irregular[q]].lead_stride[d];
+            if (++idx[d] < group.lead[d]) break;
+            for (std::size_t q = 0; q < nq; ++q) cur[q] -= group.lead[d] * group.reads[irregular[q]].lead_stride[d];
+            idx[d] = 0;
+          }
         }
       }
-      // Operand o at row i of the block: where its row starts, and whether it is one value.
-      auto operand = [&](int o, std::int64_t i) -> Operand {
-        if (o >= 0) {
-          const bool red = group.program[std::size_t(o)].reduced;
-          return {buf + off[std::size_t(o)] + i * (red ? 1 : n), red || n == 1};
-        }
-        const std::size_t j = std::size_t(-o - 1);
-        return {in[j].f() + roff[std::int64_t(j) * R + i], group.reads[j].inner == 0};
+      for (std::size_t j = 0, q = 0; j < nin; ++j) {
+        const FusedRead& rd = group.reads[j];
+        ins_rows[j] = rd.step >= 0 ? Rows{in[j].f() + r0 * rd.step, nullptr, rd.step, rd.inner == 0}
+                                   : Rows{in[j].f(), roff + std::int64_t(q++) * R, 0, rd.inner == 0};
+      }
+      // Operand o over the block: a member's buffer or an input.
+      auto operand = [&](int o) -> Rows {
+        if (o < 0) return ins_rows[std::size_t(-o - 1)];
+        const bool red = group.program[std::size_t(o)].reduced;
+        return {buf + off[std::size_t(o)], nullptr, red ? 1 : n, red || n == 1};
       };
       for (std::size_t k = 0; k < count; ++k) {
         const FusedInstr& ins = group.program[k];
         const std::int64_t len = ins.reduced ? 1 : n;  // values per row
         float* dst = k + 1 == count ? out.f() + r0 * len : buf + off[k];
+        const Rows x = operand(ins.a);
+        bool xc = false;
         switch (ins.op) {
           case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh:
           case OpKind::erf:
-            // The operand has this member's shape: its block is contiguous. One pass over
-            // the block keeps the unary kernel's SIMD/scalar split.
-            run_instr(ins.op, nr * len, dst, operand(ins.a, 0), Operand{nullptr, false});
+            // The operand has this member's shape: its block is one run. One pass over the
+            // block keeps the unary kernel's SIMD/scalar split.
+            run_instr(ins.op, nr * len, dst, x.at(0), Operand{nullptr, false});
             break;
           case OpKind::sum:
-            for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::sum(std::size_t(n), operand(ins.a, i).p);
+            for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::sum(std::size_t(n), x.row(i));
             break;
           case OpKind::max:
-            for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::max_of(std::size_t(n), operand(ins.a, i).p);
+            for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::max_of(std::size_t(n), x.row(i));
             break;
           case OpKind::expand:
-            for (std::int64_t i = 0; i < nr; ++i) {
-              const Operand x = operand(ins.a, i);
-              if (x.one) std::fill(dst + i * len, dst + (i + 1) * len, *x.p);
-              else std::memcpy(dst + i * len, x.p, std::size_t(len) * 4);
-            }
+            if (x.flat(len, xc) && xc) std::fill(dst, dst + nr * len, *x.base);
+            else
+              for (std::int64_t i = 0; i < nr; ++i) {
+                if (x.one) std::fill(dst + i * len, dst + (i + 1) * len, *x.row(i));
+                else std::memcpy(dst + i * len, x.row(i), std::size_t(len) * 4);
+              }
             break;
-          case OpKind::where:
-            for (std::int64_t i = 0; i < nr; ++i) {
-              const Operand c = operand(ins.a, i), x = operand(ins.b, i), y = operand(ins.c, i);
-              float* d = dst + i * len;
-              for (std::int64_t v = 0; v < len; ++v)
-                d[v] = c.p[c.one ? 0 : v] != 0.f ? x.p[x.one ? 0 : v] : y.p[y.one ? 0 : v];
-            }
+          case OpKind::where: {
+            const Rows y = operand(ins.b), z = operand(ins.c);
+            bool yc = false, zc = false;
+            if (x.flat(len, xc) && y.flat(len, yc) && z.flat(len, zc))
+              where_row(nr * len, dst, {x.base, xc}, {y.base, yc}, {z.base, zc});
+            else
+              for (std::int64_t i = 0; i < nr; ++i) where_row(len, dst + i * len, x.at(i), y.at(i), z.at(i));
             break;
-          case OpKind::compare:
-            for (std::int64_t i = 0; i < nr; ++i) {
-              const Operand x = operand(ins.a, i), y = operand(ins.b, i);
-              float* d = dst + i * len;
-              for (std::int64_t v = 0; v < len; ++v)
-                d[v] = compare_values(ins.cmp, x.p[x.one ? 0 : v], y.p[y.one ? 0 : v]) ? 1.f : 0.f;
-            }
+          }
+          case OpKind::compare: {
+            const Rows y = operand(ins.b);
+            bool yc = false;
+            if (x.flat(len, xc) && y.flat(len, yc)) compare_row(ins.cmp, nr * len, dst, {x.base, xc}, {y.base, yc});
+            else
+              for (std::int64_t i = 0; i < nr; ++i) compare_row(ins.cmp, len, dst + i * len, x.at(i), y.at(i));
             break;
-          default:  // binary element-wise: exact, any split gives the kernel's bits
-            for (std::int64_t i = 0; i < nr; ++i)
-              run_instr(ins.op, len, dst + i * len, operand(ins.a, i), operand(ins.b, i));
+          }
+          default:
+            binary_member(ins.op, nr, len, dst, x, operand(ins.b));
         }
       }
     }

@@ -43,6 +43,7 @@ struct FusedInstr {
 struct FusedRead {
   std::vector<std::int64_t> lead_stride;  // per lead dim of the row space, 0 on broadcast dims
   std::int64_t inner = 0;                 // 0 or 1
+  std::int64_t step = -1;                 // row r starts at r * step (0: the same row for all), -1: no such step
 };
 
 struct FusedGroup {

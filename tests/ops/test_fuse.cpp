@@ -117,6 +117,9 @@ TEST_CASE("fuse: softmax, its row statistics and a mask are one group storing on
   CHECK(grp.reads[0].inner == 1);
   CHECK(grp.reads[1].lead_stride == std::vector<std::int64_t>{75, 25, 5});
   CHECK(grp.reads[2].inner == 0);
+  CHECK(grp.reads[0].step == -1);  // read through per-row offsets
+  CHECK(grp.reads[1].step == 5);   // row r at r * 5
+  CHECK(grp.reads[2].step == 0);   // one value for every row
   CHECK(grp.program[1].op == OpKind::max);
   CHECK(grp.program[1].reduced);
   // Every member operand is an earlier member: nothing reads a buffer not yet computed.
