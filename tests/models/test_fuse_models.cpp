@@ -22,9 +22,13 @@ using namespace gg;
 
 namespace {
 
-// No path leaves a group and re-enters it, and only its root is read outside it.
+// No path leaves a group and re-enters it, only its root is read outside it, and a member
+// reads only members computed before it.
 void check_convex(const Graph& g, const Fusion& f) {
   for (std::size_t gi = 0; gi < f.groups.size(); ++gi) {
+    const std::vector<FusedInstr>& prog = f.groups[gi].program;
+    for (std::size_t k = 0; k < prog.size(); ++k)
+      for (int o : {prog[k].a, prog[k].b, prog[k].c}) CHECK(o < int(k));
     std::vector<char> left(std::size_t(g.size()), 0);  // reached from the group through a non-member
     for (NodeId id = 0; id < g.size(); ++id) {
       const bool member = f.group_of[std::size_t(id)] == int(gi);

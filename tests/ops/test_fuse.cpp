@@ -245,6 +245,21 @@ TEST_CASE("fuse: groups are convex and store one value: no path leaves a group a
   same_fused_and_not(g, {q}, {{"x", values(60, 2.f, 0)}, {"k", values(100, 0.3f, 1)}});
 }
 
+TEST_CASE("fuse: a group's inputs live until its root runs, however early their member reader sits") {
+  Graph g;
+  NodeId x = op::input(g, "x", {8, 64});
+  NodeId k = op::input(g, "k", {64, 64});
+  NodeId t = op::matmul(g, x, k);                         // stored: a group input
+  NodeId m = op::exp(g, t);                               // t's only reader, a member
+  NodeId u = op::matmul(g, op::neg(g, x), k);             // planned after m, as large as t
+  NodeId root = op::add(g, m, op::max(g, u, -1, true));   // the group's step: reads t here
+  Fusion f = fuse_elementwise(g, ancestors(g, {root}), {root});
+  REQUIRE(f.groups.size() == 1);
+  CHECK(f.groups[0].members == std::vector<NodeId>{m, g.node(root).inputs[1], root});
+  // Were t freed after m's place in the order, u would take its buffer before the group runs.
+  same_fused_and_not(g, {root}, {{"x", values(8 * 64, 1.f, 0)}, {"k", values(64 * 64, 0.2f, 1)}});
+}
+
 TEST_CASE("fuse: GG_FUSE=0 turns the pass off for executors built afterwards") {
   Graph g;
   NodeId x = op::input(g, "x", {64});
