@@ -27,8 +27,10 @@ namespace {
 void check_convex(const Graph& g, const Fusion& f) {
   for (std::size_t gi = 0; gi < f.groups.size(); ++gi) {
     const std::vector<FusedInstr>& prog = f.groups[gi].program;
-    for (std::size_t k = 0; k < prog.size(); ++k)
-      for (int o : {prog[k].a, prog[k].b, prog[k].c}) CHECK(o < int(k));
+    for (std::size_t k = 0; k < prog.size(); ++k) {
+      const int operands[3] = {prog[k].a, prog[k].b, prog[k].c};
+      for (int i = 0; i < op_arity(prog[k].op); ++i) CHECK(operands[i] < int(k));
+    }
     std::vector<char> left(std::size_t(g.size()), 0);  // reached from the group through a non-member
     for (NodeId id = 0; id < g.size(); ++id) {
       const bool member = f.group_of[std::size_t(id)] == int(gi);

@@ -123,8 +123,10 @@ TEST_CASE("fuse: softmax, its row statistics and a mask are one group storing on
   CHECK(grp.program[1].op == OpKind::max);
   CHECK(grp.program[1].reduced);
   // Every member operand is an earlier member: nothing reads a buffer not yet computed.
-  for (std::size_t k = 0; k < grp.program.size(); ++k)
-    for (int o : {grp.program[k].a, grp.program[k].b, grp.program[k].c}) CHECK(o < int(k));
+  for (std::size_t k = 0; k < grp.program.size(); ++k) {
+    const int operands[3] = {grp.program[k].a, grp.program[k].b, grp.program[k].c};
+    for (int i = 0; i < op_arity(grp.program[k].op); ++i) CHECK(operands[i] < int(k));
+  }
 }
 
 TEST_CASE("fuse: sum without keepdim, rows over the limit and other lead dims start new groups") {
