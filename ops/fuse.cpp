@@ -1,13 +1,15 @@
 // Grouping element-wise chains, row reductions and broadcasts, and running a group.
 //
-// Grouping walks the planned order backwards (readers first): a fusible node joins the
-// group of its readers when they are all in one group, it is not kept and its shape fits
-// that group's row space; otherwise it starts a group of its own, as its root.
+// Grouping walks the planned order backwards (readers first): a fusible node that is not
+// kept joins the group of one of its readers when its shape fits that group's row space and
+// every reader outside the group comes after the group's root (then it is a stored member);
+// otherwise it starts a group of its own, as its root.
 //
 // A flat group walks its output in whole SIMD registers (as the unary kernels do), in
 // tiles of `tile` values, each member writing one tile-sized buffer on the stack. A row
 // group walks blocks of whole rows; each member writes the block's rows into a per-thread
-// buffer (n values a row, or 1 if reduced), the root writes the output. A block starts on
+// buffer (n values a row, or 1 if reduced); stored members and the root write their own
+// buffers, where the members after them read them. A block starts on
 // a register boundary of every transcendental member's flat values, so a unary member run
 // over the block splits into SIMD body and scalar tail exactly as its kernel does.
 #include "ops/fuse.h"
@@ -197,23 +199,35 @@ void where_row(std::int64_t len, float* d, Operand c, Operand x, Operand y) {
   });
 }
 
-void run_flat(const FusedGroup& group, std::span<const View> in, View out) {
+// Per member: where its whole value goes, if stored (the root's output, a stored member's
+// buffer), else nullptr (a scratch buffer).
+std::vector<float*> member_outputs(const FusedGroup& group, View out, std::span<const View> stored) {
+  std::vector<float*> dst(group.program.size(), nullptr);
+  for (std::size_t k = 0, s = 0; k < group.program.size(); ++k)
+    if (group.program[k].stored) dst[k] = stored[s++].f();
+  dst.back() = out.f();
+  return dst;
+}
+
+void run_flat(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored) {
   const std::int64_t n = out.numel(), w = std::int64_t(simd::width);
   const std::size_t count = group.program.size();
+  const std::vector<float*> whole = member_outputs(group, out, stored);
   // Chunks in whole registers, as unary_kernel: only the last value(s) take the scalar tail.
   parallel_for((n + w - 1) / w, 8192 / w, [&](std::int64_t b, std::int64_t e) {
     alignas(64) float buf[max_fused_members][tile];
     const std::int64_t lo = b * w, hi = std::min(n, e * w);
     for (std::int64_t t0 = lo; t0 < hi; t0 += tile) {
       const std::int64_t len = std::min(tile, hi - t0);
+      auto member = [&](std::size_t k) { return whole[k] ? whole[k] + t0 : buf[k]; };
       auto operand = [&](int o) -> Operand {
-        if (o >= 0) return {buf[o], false};
+        if (o >= 0) return {member(std::size_t(o)), false};
         const View& v = in[std::size_t(-o - 1)];
         return v.numel() == 1 ? Operand{v.f(), true} : Operand{v.f() + t0, false};
       };
       for (std::size_t k = 0; k < count; ++k) {
         const FusedInstr& ins = group.program[k];
-        float* dst = k + 1 == count ? out.f() + t0 : buf[k];
+        float* dst = member(k);
         const bool unary = op_arity(ins.op) == 1;
         run_instr(ins.op, len, dst, operand(ins.a), unary ? Operand{nullptr, false} : operand(ins.b));
       }
@@ -258,8 +272,9 @@ void binary_member(OpKind op, std::int64_t nr, std::int64_t len, float* dst, con
   }
 }
 
-void run_rows(const FusedGroup& group, std::span<const View> in, View out) {
+void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored) {
   const std::int64_t n = group.n, w = std::int64_t(simd::width);
+  const std::vector<float*> whole = member_outputs(group, out, stored);
   std::int64_t rows = 1;
   for (std::int64_t d : group.lead) rows *= d;
   const std::size_t count = group.program.size(), nin = in.size();
@@ -271,11 +286,12 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out) {
     if (transcendental(ins.op)) unit = std::lcm(unit, ins.reduced ? w : w / std::gcd(n, w));
   const std::int64_t R = unit * std::max<std::int64_t>(1, block_values / (unit * n));
   const std::int64_t blocks = (rows + R - 1) / R;
-  // Per-thread scratch: member k's block at off[k] (the root writes the output instead),
-  // then the row offsets of the inputs read at no fixed step.
+  // Per-thread scratch: member k's block at off[k] (stored members and the root write their
+  // own buffers instead), then the row offsets of the inputs read at no fixed step.
   std::vector<std::size_t> off(count, 0);
   std::size_t total = 0;
-  for (std::size_t k = 0; k + 1 < count; ++k) {
+  for (std::size_t k = 0; k < count; ++k) {
+    if (whole[k]) continue;
     off[k] = total;
     total += std::size_t((R * (group.program[k].reduced ? 1 : n) + 15) / 16 * 16);
   }
@@ -321,16 +337,19 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out) {
         ins_rows[j] = rd.step >= 0 ? Rows{in[j].f() + r0 * rd.step, nullptr, rd.step, rd.inner == 0}
                                    : Rows{in[j].f(), roff + std::int64_t(q++) * R, 0, rd.inner == 0};
       }
-      // Operand o over the block: a member's buffer or an input.
+      // Member k's block, and operand o over the block: a member's block or an input.
+      auto member = [&](std::size_t k) {
+        return whole[k] ? whole[k] + r0 * (group.program[k].reduced ? 1 : n) : buf + off[k];
+      };
       auto operand = [&](int o) -> Rows {
         if (o < 0) return ins_rows[std::size_t(-o - 1)];
         const bool red = group.program[std::size_t(o)].reduced;
-        return {buf + off[std::size_t(o)], nullptr, red ? 1 : n, red || n == 1};
+        return {member(std::size_t(o)), nullptr, red ? 1 : n, red || n == 1};
       };
       for (std::size_t k = 0; k < count; ++k) {
         const FusedInstr& ins = group.program[k];
         const std::int64_t len = ins.reduced ? 1 : n;  // values per row
-        float* dst = k + 1 == count ? out.f() + r0 * len : buf + off[k];
+        float* dst = member(k);
         const Rows x = operand(ins.a);
         bool xc = false;
         switch (ins.op) {
@@ -404,25 +423,27 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
     const Fit fit = row_fit(g, id);
     const bool flat = flat_fusible(g, id);
     if (!fit.ok && !flat) continue;
-    int gi = -1;
+    // Join a readers' group whose root runs before every reader outside it (then no path
+    // leaves the group and comes back, and those readers find the value stored).
     const std::vector<NodeId>& rd = readers[std::size_t(id)];
-    if (!keep[std::size_t(id)] && !rd.empty()) {
-      gi = f.group_of[std::size_t(rd[0])];
-      for (NodeId r : rd)
-        if (f.group_of[std::size_t(r)] != gi) gi = -1;
-    }
-    if (gi >= 0) {
-      Building& b = building[std::size_t(gi)];
-      bool fits = int(b.members.size()) < max_fused_members;
-      if (b.flat_only) fits = fits && flat && nd.shape == b.shape;
-      else fits = fits && fit.ok && fit.lead == b.lead && (fit.n < 0 || b.n < 0 || fit.n == b.n);
-      if (fits) {
+    int joined = -1;
+    if (!keep[std::size_t(id)])
+      for (NodeId cand : rd) {
+        const int gi = f.group_of[std::size_t(cand)];
+        if (gi < 0) continue;
+        Building& b = building[std::size_t(gi)];
+        bool fits = int(b.members.size()) < max_fused_members;
+        if (b.flat_only) fits = fits && flat && nd.shape == b.shape;
+        else fits = fits && fit.ok && fit.lead == b.lead && (fit.n < 0 || b.n < 0 || fit.n == b.n);
+        const int root_pos = pos[std::size_t(b.members.front())];
+        for (NodeId r : rd) fits = fits && (f.group_of[std::size_t(r)] == gi || pos[std::size_t(r)] > root_pos);
+        if (!fits) continue;
         if (!b.flat_only && b.n < 0) b.n = fit.n;
         b.members.push_back(id);
-        f.group_of[std::size_t(id)] = gi;
-        continue;
+        f.group_of[std::size_t(id)] = joined = gi;
+        break;
       }
-    }
+    if (joined >= 0) continue;
     Building b;
     b.members = {id};
     b.shape = nd.shape;
@@ -466,6 +487,13 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
       ins.reduced = !grp.flat && n.shape.back() == 1;
       grp.program.push_back(ins);
     }
+    // Members read outside the group are stored.
+    for (NodeId m : mem)
+      if (m != grp.root && std::any_of(readers[std::size_t(m)].begin(), readers[std::size_t(m)].end(),
+                                       [&](NodeId r) { return f.group_of[std::size_t(r)] != gi; })) {
+        grp.stored.push_back(m);
+        grp.program[std::size_t(std::find(mem.begin(), mem.end(), m) - mem.begin())].stored = true;
+      }
     if (!grp.flat)
       for (NodeId in : grp.inputs) grp.reads.push_back(read_of(g.node(in).shape, grp.lead, grp.n));
     f.groups.push_back(std::move(grp));
@@ -473,10 +501,11 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
   return f;
 }
 
-void run_fused(const FusedGroup& group, std::span<const View> in, View out) {
+void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored) {
   GG_CHECK(group.program.size() <= std::size_t(max_fused_members) && in.size() == group.inputs.size());
-  if (group.flat) run_flat(group, in, out);
-  else run_rows(group, in, out);
+  GG_CHECK(stored.size() == group.stored.size());
+  if (group.flat) run_flat(group, in, out, stored);
+  else run_rows(group, in, out, stored);
 }
 
 bool fuse_by_default() {

@@ -9,9 +9,11 @@
 // value onto a member's shape, and sum / max over the last axis with keepdim (S ->
 // (lead..., 1)). Its inputs, read from memory, are f32 values of any shape that
 // broadcasts onto S: layer-norm weights (n), row statistics (lead..., 1), masks (1, 1, T,
-// T), one-element scalars. A group is a DAG with one stored value, its root: every other
-// member is read only by members of the group and is not kept (an output, or a node with
-// a value check). Groups are convex: no path leaves a group and re-enters it.
+// T), one-element scalars. A group is a DAG whose root (its last member) is stored; any
+// other member is not kept (an output, or a node with a value check) and is either read
+// only by members of the group, or also read by nodes planned after the root, and then
+// stored too ("stored" members: a softmax's row max and exponentials, which the backward
+// pass reads). Groups are convex: no path leaves a group and re-enters it.
 //
 // Values are those of the ops run one by one, bit for bit. A reduction runs the unfused
 // kernel's row function (simd::sum / simd::max_of over a contiguous row); binary ops,
@@ -36,6 +38,7 @@ struct FusedInstr {
   int a = 0, b = 0, c = 0;  // b unused by unary ops and reductions, c used by where only
   Cmp cmp = Cmp::eq;        // compare's relation
   bool reduced = false;     // the member is (lead..., 1): one value per row
+  bool stored = false;      // also read outside the group: written to its own buffer
 };
 
 // How a group input is read in the row space: row r's values start at
@@ -47,8 +50,9 @@ struct FusedRead {
 };
 
 struct FusedGroup {
-  NodeId root = -1;                // the node whose value the group stores
+  NodeId root = -1;                // the last member; its value is stored
   std::vector<NodeId> members;     // in execution order, root last
+  std::vector<NodeId> stored;      // members but the root that are read outside the group, in order
   std::vector<NodeId> inputs;      // values read from memory, broadcasting onto the row space
   std::vector<FusedInstr> program; // one per member, same order
   // Flat groups (every member one shape, every input that shape or one element, no
@@ -73,8 +77,9 @@ inline constexpr std::int64_t max_fused_row = 8192;
 // not be stored: nodes in `kept` are never interior to a group.
 Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept);
 
-// Runs a group: out = the root's value; in: the group's inputs, in group.inputs order.
-void run_fused(const FusedGroup& group, std::span<const View> in, View out);
+// Runs a group: out = the root's value, stored: the stored members' values (in
+// group.stored order); in: the group's inputs, in group.inputs order.
+void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored = {});
 
 // The pass's switch for executors: false when the environment has GG_FUSE=0.
 bool fuse_by_default();

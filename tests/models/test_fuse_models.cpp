@@ -22,7 +22,8 @@ using namespace gg;
 
 namespace {
 
-// No path leaves a group and re-enters it, only its root is read outside it, and a member
+// No path leaves a group and re-enters it; only its root and stored members are read
+// outside it, by nodes after the root (the group runs at the root's place); a member
 // reads only members computed before it.
 void check_convex(const Graph& g, const Fusion& f) {
   for (std::size_t gi = 0; gi < f.groups.size(); ++gi) {
@@ -41,7 +42,9 @@ void check_convex(const Graph& g, const Fusion& f) {
           if (left[std::size_t(in)]) left[std::size_t(id)] = 1;
           if (f.group_of[std::size_t(in)] == int(gi)) {
             left[std::size_t(id)] = 1;
-            CHECK(in == f.groups[gi].root);
+            const FusedGroup& grp = f.groups[gi];
+            CHECK((in == grp.root || std::count(grp.stored.begin(), grp.stored.end(), in) == 1));
+            CHECK(id > grp.root);  // the planned order is by id
           }
         }
       }
@@ -103,14 +106,17 @@ std::size_t same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
   for (const Node& n : g.nodes())
     if (n.op == OpKind::param) ps.set(n.name, Tensor::f32(n.shape, wave(numel(n.shape), 2.f, ++salt)));
   std::vector<Tensor> want;
-  std::size_t largest = 0;
+  std::size_t largest = 0, stored = 0;
   const int before = num_threads();
   for (int threads : {1, 2})
     for (bool fuse : {false, true}) {
       set_num_threads(threads);
       Executor ex(g, outs, ps, 5, {.simplify = true, .fuse = fuse});
       if (fuse) check_convex(ex.planned_graph(), ex.fusion());
-      for (const FusedGroup& grp : ex.fusion().groups) largest = std::max(largest, grp.members.size());
+      for (const FusedGroup& grp : ex.fusion().groups) {
+        largest = std::max(largest, grp.members.size());
+        stored += grp.stored.size();
+      }
       for (const auto& [name, t] : feeds)
         if (ex.has_input(name)) ex.set_input(name, t);
       ex.run();
@@ -122,6 +128,7 @@ std::size_t same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
       }
     }
   set_num_threads(before);
+  CHECK(stored > 0);  // the forward values the gradient reads are stored members
   return largest;
 }
 

@@ -238,11 +238,13 @@ TEST_CASE("fuse: groups are convex and store one value: no path leaves a group a
         seen[std::size_t(id)] = 1;
       }
     }
-    // Only the root is read outside its group.
+    // Only the root and stored members are read outside the group, after the root.
     for (NodeId id : order)
       for (NodeId in : g.node(id).inputs)
-        if (f.group_of[std::size_t(in)] == int(gi) && f.group_of[std::size_t(id)] != int(gi))
-          CHECK(in == f.groups[gi].root);
+        if (f.group_of[std::size_t(in)] == int(gi) && f.group_of[std::size_t(id)] != int(gi)) {
+          CHECK((in == f.groups[gi].root || std::count(f.groups[gi].stored.begin(), f.groups[gi].stored.end(), in) == 1));
+          CHECK(id > f.groups[gi].root);
+        }
   }
   same_fused_and_not(g, {q}, {{"x", values(60, 2.f, 0)}, {"k", values(100, 0.3f, 1)}});
 }
@@ -260,6 +262,34 @@ TEST_CASE("fuse: a group's inputs live until its root runs, however early their 
   CHECK(f.groups[0].members == std::vector<NodeId>{m, g.node(root).inputs[1], root});
   // Were t freed after m's place in the order, u would take its buffer before the group runs.
   same_fused_and_not(g, {root}, {{"x", values(8 * 64, 1.f, 0)}, {"k", values(64 * 64, 0.2f, 1)}});
+}
+
+TEST_CASE("fuse: a member read after its group's root is stored too; one read before the root ends the group") {
+  Graph g;
+  NodeId x = op::input(g, "x", {6, 20});
+  NodeId k = op::input(g, "k", {20, 20});
+  NodeId m = op::max(g, x, -1, true);
+  NodeId e = op::exp(g, op::sub(g, x, m));
+  NodeId s = op::sum(g, e, -1, true);
+  NodeId p = op::div(g, e, s);                            // the root
+  NodeId back = op::mul(g, op::matmul(g, e, k), m);       // reads e and m after the root
+  const std::vector<NodeId> order = ancestors(g, {p, back});
+  Fusion f = fuse_elementwise(g, order, {p, back});
+  REQUIRE(f.groups.size() == 1);
+  CHECK(f.groups[0].members.size() == 5);  // max, sub, exp, sum, div
+  CHECK(f.groups[0].stored == std::vector<NodeId>{m, e});
+  CHECK(f.groups[0].program[0].stored);
+  CHECK(!f.groups[0].program[1].stored);
+  same_fused_and_not(g, {p, back}, {{"x", values(120, 3.f, 0)}, {"k", values(400, 0.5f, 1)}});
+  // Read before the root (the matmul comes first in the order): e cannot join p's group.
+  Graph h;
+  NodeId hx = op::input(h, "x", {6, 20});
+  NodeId he = op::exp(h, hx);
+  NodeId early = op::matmul(h, he, op::input(h, "k", {20, 20}));
+  NodeId hp = op::div(h, he, op::add(h, early, op::sum(h, he, -1, true)));
+  Fusion fh = fuse_elementwise(h, ancestors(h, {hp}), {hp});
+  CHECK(fh.group_of[std::size_t(he)] == -1);
+  CHECK(fh.group_of[std::size_t(hp)] >= 0);
 }
 
 TEST_CASE("fuse: GG_FUSE=0 turns the pass off for executors built afterwards") {
