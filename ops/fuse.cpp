@@ -8,10 +8,10 @@
 // A flat group walks its output in whole SIMD registers (as the unary kernels do), in
 // tiles of `tile` values, each member writing one tile-sized buffer on the stack. A row
 // group walks blocks of whole rows; each member writes the block's rows into a per-thread
-// buffer (n values a row, or 1 if reduced); stored members and the root write their own
-// buffers, where the members after them read them. A block starts on
-// a register boundary of every transcendental member's flat values, so a unary member run
-// over the block splits into SIMD body and scalar tail exactly as its kernel does.
+// buffer (n values a row, or 1 if reduced). Stored members and the root write their own
+// buffers instead, where later members read them. A block starts on a register boundary of
+// every transcendental member's flat values, so a unary member run over the block splits
+// into SIMD body and scalar tail exactly as its kernel does.
 #include "ops/fuse.h"
 
 #include <algorithm>
