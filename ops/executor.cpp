@@ -68,10 +68,19 @@ void Executor::make_steps() {
     if (bound_leaf(n.op)) continue;
     const int group = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
     if (group >= 0 && fusion_.groups[std::size_t(group)].root != id) continue;  // inside its group's step
-    Step st{id, group >= 0 ? nullptr : op_rule(n.op).kernel, group, {}, views_[std::size_t(id)], {}};
+    Step st{id, group >= 0 ? nullptr : op_rule(n.op).kernel, group, {}, views_[std::size_t(id)], {}, {}};
     GG_CHECK(st.kernel != nullptr || group >= 0);
+    if (group >= 0)
+      for (NodeId m : fusion_.groups[std::size_t(group)].stored) st.stored.push_back(views_[std::size_t(m)]);
     steps_.push_back(std::move(st));
   }
+}
+
+bool Executor::never_stored(NodeId id) const {
+  const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+  if (gi < 0) return false;
+  const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
+  return grp.root != id && std::find(grp.stored.begin(), grp.stored.end(), id) == grp.stored.end();
 }
 
 const std::vector<NodeId>& Executor::reads(const Step& st) const {
@@ -119,11 +128,9 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
 
   // Liveness: the last step that reads each node; outputs live to the end. A member of a
   // fused group reads its operands when the group runs, at its root's place; the members
-  // but the root are never stored.
-  auto interior = [&](NodeId id) {
-    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
-    return gi >= 0 && fusion_.groups[std::size_t(gi)].root != id;
-  };
+  // but the root and the stored ones are never stored. A stored member takes its place
+  // where it is in the order (before the group runs: a little early, never late).
+  auto interior = [&](NodeId id) { return never_stored(id); };
   auto runs_at = [&](std::size_t s) {
     const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(order_[s])];
     return gi < 0 ? int(s) : step_of_[std::size_t(fusion_.groups[std::size_t(gi)].root)];
@@ -251,8 +258,7 @@ void Executor::bind_views(const std::vector<std::size_t>& offset, const std::vec
       kept_[std::size_t(id)] = 1;  // bound at each run
     } else if (root[std::size_t(id)] != id) {
       v.data = views_[std::size_t(root[std::size_t(id)])].data;  // a view: the reshape kernel copies nothing
-    } else if (!fusion_.group_of.empty() && fusion_.group_of[std::size_t(id)] >= 0 &&
-               fusion_.groups[std::size_t(fusion_.group_of[std::size_t(id)])].root != id) {
+    } else if (never_stored(id)) {
       v.data = nullptr;  // inside a fused group: never stored
     } else {
       v.data = base + offset[std::size_t(id)];
@@ -345,7 +351,7 @@ void Executor::run() {
     st.in.clear();
     for (NodeId in : reads(st)) st.in.push_back(views_[std::size_t(in)]);
     auto compute = [&] {
-      if (st.group >= 0) run_fused(fusion_.groups[std::size_t(st.group)], st.in, st.out);
+      if (st.group >= 0) run_fused(fusion_.groups[std::size_t(st.group)], st.in, st.out, st.stored);
       else st.kernel(KernelArgs{n, st.in, st.out, &rng_});
     };
     if (!profile_) {
@@ -396,11 +402,27 @@ std::string describe_node(const Graph& g, NodeId id) {
 }
 }  // namespace
 
+// "max, sub, exp, sum, div": a fused group's ops in execution order.
+std::string Executor::group_ops(int group) const {
+  std::string s;
+  for (NodeId m : fusion_.groups[std::size_t(group)].members) s += (s.empty() ? "" : ", ") + std::string(op_name(g_.node(m).op));
+  return s;
+}
+
+// A group's stored members, in execution order, then its root (or the step's one node).
 void Executor::check_anomaly(const Step& st) const {
-  if (st.out.dtype != DType::f32) return;
-  const ValueSummary out = summarize(st.out);
+  if (st.group >= 0) {
+    const std::vector<NodeId>& stored = fusion_.groups[std::size_t(st.group)].stored;
+    for (std::size_t i = 0; i < stored.size(); ++i) check_value(st, stored[i], st.stored[i]);
+  }
+  check_value(st, st.id, st.out);
+}
+
+void Executor::check_value(const Step& st, NodeId id, const View& v) const {
+  if (v.dtype != DType::f32) return;
+  const ValueSummary out = summarize(v);
   if (out.nan == 0 && out.inf == 0) return;
-  const Node& n = g_.node(st.id);
+  const Node& n = g_.node(id);
   const bool backward = n.name.rfind("grad(", 0) == 0;
   std::string ins;
   bool inf_in = false;
@@ -418,12 +440,14 @@ void Executor::check_anomaly(const Step& st) const {
   if (out.nan == 0 && inf_in) return;
   throw GraphError(fmt::format("{} at {} ('{}'): anomaly: the first non-finite value of this run: {} node %{} {}{} "
                                "holds {} NaN and {} Inf of {} values{}",
-                               op_name(n.op), site_string(n.loc), n.name, backward ? "backward" : "forward", st.id,
-                               to_string(n.dtype), to_string(n.shape), out.nan, out.inf, st.out.numel(),
+                               op_name(n.op), site_string(n.loc), n.name, backward ? "backward" : "forward", id,
+                               to_string(n.dtype), to_string(n.shape), out.nan, out.inf, v.numel(),
                                st.group < 0 ? ins
-                                            : fmt::format(" (the last of a fused group of {} element-wise ops; run with "
+                                            : fmt::format(" (the {} of a fused group of {} ops: {}; run with "
                                                           "GG_FUSE=0 to check each one){}",
-                                                          fusion_.groups[std::size_t(st.group)].members.size(), ins)));
+                                                          id == st.id ? "root" : "stored member",
+                                                          fusion_.groups[std::size_t(st.group)].members.size(),
+                                                          group_ops(st.group), ins)));
 }
 
 std::string Executor::profile_report() const {

@@ -104,6 +104,7 @@ class Executor {
     int group;                          // its index in fusion_.groups, or -1
     std::vector<View> in;
     View out;
+    std::vector<View> stored;         // a fused group's stored members but the root
     std::vector<std::size_t> checks;  // indices into g_.checks() to run after this step
   };
   // The phases of the constructor, in order.
@@ -114,8 +115,11 @@ class Executor {
   void plan_checks(const std::vector<int>& step_of);
   void run_check(std::size_t c) const;
   NodeId planned_id(NodeId user_id) const;
-  void check_anomaly(const Step& st) const;
-  const std::vector<NodeId>& reads(const Step& st) const;  // the nodes whose values st.in holds  // throws GraphError if st's output is not finite
+  void check_anomaly(const Step& st) const;  // throws GraphError if st's output is not finite
+  void check_value(const Step& st, NodeId id, const View& v) const;
+  bool never_stored(NodeId id) const;  // a member of a fused group read only inside it
+  std::string group_ops(int group) const;    // a fused group's ops, in order
+  const std::vector<NodeId>& reads(const Step& st) const;  // the nodes whose values st.in holds
   const Graph& user_g_;        // the graph given
   Simplified simplified_;      // the graph after the passes and the id map (the map only, when all are off)
   const Graph& g_;             // the planned graph: simplified_.graph or user_g_

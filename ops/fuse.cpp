@@ -1,13 +1,25 @@
-// Grouping element-wise chains and running a group tile by tile. A group's step walks its
-// output in whole SIMD registers (as the unary kernels do), in tiles of `tile` values;
-// for each tile it runs the program member by member, each writing one tile-sized buffer
-// on the stack (the root writes the output), so a member's loop is the op's own kernel
-// loop on a tile: the same element function on the same SIMD/scalar split.
+// Grouping element-wise chains, row reductions and broadcasts, and running a group.
+//
+// Grouping walks the planned order backwards (readers first): a fusible node that is not
+// kept joins the group of one of its readers when its shape fits that group's row space and
+// every reader outside the group comes after the group's root (then it is a stored member);
+// otherwise it starts a group of its own, as its root.
+//
+// A flat group walks its output in whole SIMD registers (as the unary kernels do), in
+// tiles of `tile` values, each member writing one tile-sized buffer on the stack. A row
+// group walks blocks of whole rows; each member writes the block's rows into a per-thread
+// buffer (n values a row, or 1 if reduced). Stored members and the root write their own
+// buffers instead, where later members read them. A block starts on a register boundary of
+// every transcendental member's flat values, so a unary member run over the block splits
+// into SIMD body and scalar tail exactly as its kernel does.
 #include "ops/fuse.h"
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <numeric>
 #include <string>
+#include <type_traits>
 
 #include "ops/elementwise_fn.h"
 #include "ops/parallel.h"
@@ -16,9 +28,10 @@
 namespace gg {
 namespace {
 
-constexpr std::int64_t tile = 512;  // values per member buffer: 16 members x 2 KiB stay in L1
+constexpr std::int64_t tile = 512;         // flat groups: values per member buffer (L1-sized)
+constexpr std::int64_t block_values = 1024;  // row groups: about this many values per full member buffer
 
-bool fusible_op(OpKind k) {
+bool elementwise_op(OpKind k) {
   switch (k) {
     case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
     case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh: case OpKind::erf:
@@ -27,17 +40,86 @@ bool fusible_op(OpKind k) {
       return false;
   }
 }
+bool transcendental(OpKind k) { return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf; }
 
-// An element-wise f32 node of more than one value whose operands are all of its shape or
-// of one value.
-bool fusible(const Graph& g, NodeId id) {
+// A flat member: an element-wise f32 node of more than one value whose operands are all of
+// its shape or of one value.
+bool flat_fusible(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
-  if (!fusible_op(n.op) || n.dtype != DType::f32 || numel(n.shape) <= 1) return false;
+  if (!elementwise_op(n.op) || n.dtype != DType::f32 || numel(n.shape) <= 1) return false;
   for (NodeId in : n.inputs) {
     const Node& x = g.node(in);
     if (x.dtype != DType::f32 || (x.shape != n.shape && numel(x.shape) != 1)) return false;
   }
   return true;
+}
+
+// Where a node sits in a row space: its lead dims and the row length it needs (-1: any,
+// a reduced node (lead..., 1) fits a row space of any n).
+struct Fit {
+  bool ok = false;
+  Shape lead;
+  std::int64_t n = -1;
+};
+Fit row_fit(const Graph& g, NodeId id) {
+  const Node& nd = g.node(id);
+  Fit f;
+  if (nd.dtype != DType::f32 || nd.shape.empty() || numel(nd.shape) <= 1) return f;
+  for (NodeId in : nd.inputs)
+    if (g.node(in).dtype != DType::f32) return f;
+  const std::int64_t last = nd.shape.back();
+  f.lead.assign(nd.shape.begin(), nd.shape.end() - 1);
+  switch (nd.op) {
+    case OpKind::sum: case OpKind::max:  // over the last axis, keepdim: (lead..., n) -> (lead..., 1)
+      if (!nd.attrs.keepdim || nd.attrs.axis != std::int64_t(nd.shape.size()) - 1) return f;
+      f.n = g.node(nd.inputs[0]).shape.back();
+      break;
+    case OpKind::where: case OpKind::compare: case OpKind::expand:
+      f.n = last == 1 ? -1 : last;
+      break;
+    default:
+      if (!elementwise_op(nd.op)) return f;
+      f.n = last == 1 ? -1 : last;
+  }
+  f.ok = f.n <= max_fused_row;
+  return f;
+}
+
+struct Building {
+  std::vector<NodeId> members;  // readers first
+  Shape shape;                  // flat groups (n > max_fused_row): the one shape
+  Shape lead;
+  std::int64_t n = -1;          // -1: only reduced members so far
+  bool flat_only = false;       // rows too long for a row group: flat members only
+};
+
+// Reads input `shape` in the row space (lead..., n).
+FusedRead read_of(const Shape& shape, const Shape& lead, std::int64_t n) {
+  FusedRead r;
+  const std::size_t lr = lead.size(), rank = lr + 1;
+  auto dim = [&](std::size_t d) {  // shape's dim aligned to row-space dim d, 1 if absent
+    const std::ptrdiff_t sd = std::ptrdiff_t(d) - std::ptrdiff_t(rank - shape.size());
+    return sd >= 0 ? shape[std::size_t(sd)] : 1;
+  };
+  const std::int64_t last = dim(lr);
+  r.inner = last == n && n != 1 ? 1 : 0;
+  std::int64_t acc = last;
+  r.lead_stride.assign(lr, 0);
+  for (std::size_t d = lr; d-- > 0;) {
+    r.lead_stride[d] = dim(d) == 1 ? 0 : acc;
+    acc *= dim(d);
+  }
+  // Whole rows in order (a row stride of `last` over every lead dim), or one row for all.
+  bool rows_in_order = true, one_row = true;
+  std::int64_t natural = last;
+  for (std::size_t d = lr; d-- > 0;) {
+    if (lead[d] == 1) continue;  // index 0 only: its stride never counts
+    rows_in_order = rows_in_order && r.lead_stride[d] == natural;
+    one_row = one_row && r.lead_stride[d] == 0;
+    natural *= lead[d];
+  }
+  r.step = one_row ? 0 : rows_in_order ? last : -1;
+  return r;
 }
 
 struct Operand {
@@ -51,11 +133,13 @@ void run_unary(F f, std::int64_t len, float* dst, Operand x) {
 }
 template <class F>
 void run_binary(F f, std::int64_t len, float* dst, Operand x, Operand y) {
-  if (x.one) simd::zip_scalar_left(std::size_t(len), dst, *x.p, y.p, f);
+  if (x.one && y.one) std::fill(dst, dst + len, f(*x.p, *y.p));
+  else if (x.one) simd::zip_scalar_left(std::size_t(len), dst, *x.p, y.p, f);
   else if (y.one) simd::zip_scalar_right(std::size_t(len), dst, x.p, *y.p, f);
   else simd::zip(std::size_t(len), dst, x.p, y.p, f);
 }
 
+// Element-wise member over len values (a tile, a row, or for unary ops a block of rows).
 void run_instr(OpKind op, std::int64_t len, float* dst, Operand x, Operand y) {
   switch (op) {
     case OpKind::add: return run_binary(fn::add{}, len, dst, x, y);
@@ -69,15 +153,257 @@ void run_instr(OpKind op, std::int64_t len, float* dst, Operand x, Operand y) {
     case OpKind::sqrt: return run_unary(fn::sqrt{}, len, dst, x);
     case OpKind::tanh: return run_unary(fn::tanh{}, len, dst, x);
     case OpKind::erf: return run_unary(fn::erf{}, len, dst, x);
-    default: GG_CHECK(false && "not a fusible op");
+    default: GG_CHECK(false && "not an element-wise op");
   }
+}
+
+// Calls f with std::true_type / std::false_type for each flag, so that a row loop is
+// compiled once per operand form (a broadcast value or a row) and vectorizes.
+template <class F>
+void with_flags(bool a, bool b, F f) {
+  if (a) {
+    if (b) f(std::true_type{}, std::true_type{});
+    else f(std::true_type{}, std::false_type{});
+  } else {
+    if (b) f(std::false_type{}, std::true_type{});
+    else f(std::false_type{}, std::false_type{});
+  }
+}
+
+// d = [x cmp y] over one row: 1 or 0, as compare's kernel.
+void compare_row(Cmp c, std::int64_t len, float* d, Operand x, Operand y) {
+  auto rel = [&](auto r) {
+    with_flags(x.one, y.one, [&](auto x1, auto y1) {
+      for (std::int64_t v = 0; v < len; ++v) d[v] = r(x.p[x1 ? 0 : v], y.p[y1 ? 0 : v]) ? 1.f : 0.f;
+    });
+  };
+  switch (c) {
+    case Cmp::lt: return rel([](float u, float v) { return u < v; });
+    case Cmp::le: return rel([](float u, float v) { return u <= v; });
+    case Cmp::gt: return rel([](float u, float v) { return u > v; });
+    case Cmp::ge: return rel([](float u, float v) { return u >= v; });
+    case Cmp::eq: return rel([](float u, float v) { return u == v; });
+    case Cmp::ne: return rel([](float u, float v) { return u != v; });
+  }
+}
+
+// d = c != 0 ? x : y over one row, as where's kernel.
+void where_row(std::int64_t len, float* d, Operand c, Operand x, Operand y) {
+  with_flags(x.one, y.one, [&](auto x1, auto y1) {
+    if (c.one) {
+      const bool pick = *c.p != 0.f;
+      for (std::int64_t v = 0; v < len; ++v) d[v] = pick ? x.p[x1 ? 0 : v] : y.p[y1 ? 0 : v];
+    } else {
+      for (std::int64_t v = 0; v < len; ++v) d[v] = c.p[v] != 0.f ? x.p[x1 ? 0 : v] : y.p[y1 ? 0 : v];
+    }
+  });
+}
+
+// Per member: where its whole value goes, if stored (the root's output, a stored member's
+// buffer), else nullptr (a scratch buffer).
+std::vector<float*> member_outputs(const FusedGroup& group, View out, std::span<const View> stored) {
+  std::vector<float*> dst(group.program.size(), nullptr);
+  for (std::size_t k = 0, s = 0; k < group.program.size(); ++k)
+    if (group.program[k].stored) dst[k] = stored[s++].f();
+  dst.back() = out.f();
+  return dst;
+}
+
+void run_flat(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored) {
+  const std::int64_t n = out.numel(), w = std::int64_t(simd::width);
+  const std::size_t count = group.program.size();
+  const std::vector<float*> whole = member_outputs(group, out, stored);
+  // Chunks in whole registers, as unary_kernel: only the last value(s) take the scalar tail.
+  parallel_for((n + w - 1) / w, 8192 / w, [&](std::int64_t b, std::int64_t e) {
+    alignas(64) float buf[max_fused_members][tile];
+    const std::int64_t lo = b * w, hi = std::min(n, e * w);
+    for (std::int64_t t0 = lo; t0 < hi; t0 += tile) {
+      const std::int64_t len = std::min(tile, hi - t0);
+      auto member = [&](std::size_t k) { return whole[k] ? whole[k] + t0 : buf[k]; };
+      auto operand = [&](int o) -> Operand {
+        if (o >= 0) return {member(std::size_t(o)), false};
+        const View& v = in[std::size_t(-o - 1)];
+        return v.numel() == 1 ? Operand{v.f(), true} : Operand{v.f() + t0, false};
+      };
+      for (std::size_t k = 0; k < count; ++k) {
+        const FusedInstr& ins = group.program[k];
+        float* dst = member(k);
+        const bool unary = op_arity(ins.op) == 1;
+        run_instr(ins.op, len, dst, operand(ins.a), unary ? Operand{nullptr, false} : operand(ins.b));
+      }
+    }
+  });
+}
+
+// An operand over the rows of a block: row i starts at base + roff[i], or base + i * step.
+struct Rows {
+  const float* base;
+  const std::int64_t* roff;  // nullptr: rows at a fixed step
+  std::int64_t step;
+  bool one;  // one value per row, broadcast over it
+  const float* row(std::int64_t i) const { return base + (roff ? roff[i] : i * step); }
+  Operand at(std::int64_t i) const { return {row(i), one}; }
+  // Whether the block's values for a member of `len` values a row are one run from base
+  // (whole rows in order, or one value per row for a one-value-a-row member), or one value
+  // throughout (`constant`): then the block runs as one row of nr * len values.
+  bool flat(std::int64_t len, bool& constant) const {
+    constant = !roff && one && step == 0;
+    return constant || (!roff && ((!one && step == len) || (one && len == 1 && step == 1)));
+  }
+};
+
+// Binary element-wise member over a block: one pass when every operand runs through the
+// block in order, else row by row (the ops are exact: any split gives the kernel's bits).
+template <class F>
+void binary_rows(F f, std::int64_t nr, std::int64_t len, float* dst, const Rows& x, const Rows& y) {
+  bool xc = false, yc = false;
+  if (x.flat(len, xc) && y.flat(len, yc)) return run_binary(f, nr * len, dst, {x.base, xc}, {y.base, yc});
+  for (std::int64_t i = 0; i < nr; ++i) run_binary(f, len, dst + i * len, x.at(i), y.at(i));
+}
+
+void binary_member(OpKind op, std::int64_t nr, std::int64_t len, float* dst, const Rows& x, const Rows& y) {
+  switch (op) {
+    case OpKind::add: return binary_rows(fn::add{}, nr, len, dst, x, y);
+    case OpKind::sub: return binary_rows(fn::sub{}, nr, len, dst, x, y);
+    case OpKind::mul: return binary_rows(fn::mul{}, nr, len, dst, x, y);
+    case OpKind::div: return binary_rows(fn::div{}, nr, len, dst, x, y);
+    case OpKind::maximum: return binary_rows(fn::maximum{}, nr, len, dst, x, y);
+    default: GG_CHECK(false && "not a binary element-wise op");
+  }
+}
+
+void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored) {
+  const std::int64_t n = group.n, w = std::int64_t(simd::width);
+  const std::vector<float*> whole = member_outputs(group, out, stored);
+  std::int64_t rows = 1;
+  for (std::int64_t d : group.lead) rows *= d;
+  const std::size_t count = group.program.size(), nin = in.size();
+  // Rows per block: a multiple of `unit`, so that every block starts on a register boundary
+  // of each transcendental member's flat values (row r of a full member starts at r * n,
+  // of a reduced one at r).
+  std::int64_t unit = 1;
+  for (const FusedInstr& ins : group.program)
+    if (transcendental(ins.op)) unit = std::lcm(unit, ins.reduced ? w : w / std::gcd(n, w));
+  const std::int64_t R = unit * std::max<std::int64_t>(1, block_values / (unit * n));
+  const std::int64_t blocks = (rows + R - 1) / R;
+  // Per-thread scratch: member k's block at off[k] (stored members and the root write their
+  // own buffers instead), then the row offsets of the inputs read at no fixed step.
+  std::vector<std::size_t> off(count, 0);
+  std::size_t total = 0;
+  for (std::size_t k = 0; k < count; ++k) {
+    if (whole[k]) continue;
+    off[k] = total;
+    total += std::size_t((R * (group.program[k].reduced ? 1 : n) + 15) / 16 * 16);
+  }
+  std::vector<std::size_t> irregular;  // inputs read through row offsets
+  for (std::size_t j = 0; j < nin; ++j)
+    if (group.reads[j].step < 0) irregular.push_back(j);
+  const std::size_t offs_at = total;
+  total += irregular.size() * std::size_t(R) * 2;  // int64 offsets, two floats each
+  std::vector<std::int64_t> natural(group.lead.size());  // row-index strides of the lead dims
+  for (std::size_t d = group.lead.size(), acc = 1; d-- > 0;) {
+    natural[d] = std::int64_t(acc);
+    acc *= std::size_t(group.lead[d]);
+  }
+  parallel_for(blocks, std::max<std::int64_t>(1, 16384 / (R * n)), [&](std::int64_t b, std::int64_t e) {
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < total) scratch.resize(total);
+    float* buf = scratch.data();
+    auto* roff = reinterpret_cast<std::int64_t*>(buf + offs_at);  // roff[q * R + i]: irregular input q, row i
+    const std::size_t lr = group.lead.size(), nq = irregular.size();
+    std::vector<std::int64_t> idx(lr), cur(nq);
+    std::vector<Rows> ins_rows(nin);
+    for (std::int64_t blk = b; blk < e; ++blk) {
+      const std::int64_t r0 = blk * R, nr = std::min(R, rows - r0);
+      // The irregular inputs' row offsets: the multi-index of row r0, then an odometer.
+      if (nq) {
+        for (std::size_t d = 0; d < lr; ++d) idx[d] = r0 / natural[d] % group.lead[d];
+        for (std::size_t q = 0; q < nq; ++q) {
+          cur[q] = 0;
+          for (std::size_t d = 0; d < lr; ++d) cur[q] += idx[d] * group.reads[irregular[q]].lead_stride[d];
+        }
+        for (std::int64_t i = 0; i < nr; ++i) {
+          for (std::size_t q = 0; q < nq; ++q) roff[std::int64_t(q) * R + i] = cur[q];
+          for (std::size_t d = lr; d-- > 0;) {
+            for (std::size_t q = 0; q < nq; ++q) cur[q] += group.reads[irregular[q]].lead_stride[d];
+            if (++idx[d] < group.lead[d]) break;
+            for (std::size_t q = 0; q < nq; ++q) cur[q] -= group.lead[d] * group.reads[irregular[q]].lead_stride[d];
+            idx[d] = 0;
+          }
+        }
+      }
+      for (std::size_t j = 0, q = 0; j < nin; ++j) {
+        const FusedRead& rd = group.reads[j];
+        ins_rows[j] = rd.step >= 0 ? Rows{in[j].f() + r0 * rd.step, nullptr, rd.step, rd.inner == 0}
+                                   : Rows{in[j].f(), roff + std::int64_t(q++) * R, 0, rd.inner == 0};
+      }
+      // Member k's block, and operand o over the block: a member's block or an input.
+      auto member = [&](std::size_t k) {
+        return whole[k] ? whole[k] + r0 * (group.program[k].reduced ? 1 : n) : buf + off[k];
+      };
+      auto operand = [&](int o) -> Rows {
+        if (o < 0) return ins_rows[std::size_t(-o - 1)];
+        const bool red = group.program[std::size_t(o)].reduced;
+        return {member(std::size_t(o)), nullptr, red ? 1 : n, red || n == 1};
+      };
+      for (std::size_t k = 0; k < count; ++k) {
+        const FusedInstr& ins = group.program[k];
+        const std::int64_t len = ins.reduced ? 1 : n;  // values per row
+        float* dst = member(k);
+        const Rows x = operand(ins.a);
+        bool xc = false;
+        switch (ins.op) {
+          case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh:
+          case OpKind::erf:
+            // The operand has this member's shape: its block is one run. One pass over the
+            // block keeps the unary kernel's SIMD/scalar split.
+            run_instr(ins.op, nr * len, dst, x.at(0), Operand{nullptr, false});
+            break;
+          case OpKind::sum:
+            for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::sum(std::size_t(n), x.row(i));
+            break;
+          case OpKind::max:
+            for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::max_of(std::size_t(n), x.row(i));
+            break;
+          case OpKind::expand:
+            if (x.flat(len, xc) && xc) std::fill(dst, dst + nr * len, *x.base);
+            else
+              for (std::int64_t i = 0; i < nr; ++i) {
+                if (x.one) std::fill(dst + i * len, dst + (i + 1) * len, *x.row(i));
+                else std::memcpy(dst + i * len, x.row(i), std::size_t(len) * 4);
+              }
+            break;
+          case OpKind::where: {
+            const Rows y = operand(ins.b), z = operand(ins.c);
+            bool yc = false, zc = false;
+            if (x.flat(len, xc) && y.flat(len, yc) && z.flat(len, zc))
+              where_row(nr * len, dst, {x.base, xc}, {y.base, yc}, {z.base, zc});
+            else
+              for (std::int64_t i = 0; i < nr; ++i) where_row(len, dst + i * len, x.at(i), y.at(i), z.at(i));
+            break;
+          }
+          case OpKind::compare: {
+            const Rows y = operand(ins.b);
+            bool yc = false;
+            if (x.flat(len, xc) && y.flat(len, yc)) compare_row(ins.cmp, nr * len, dst, {x.base, xc}, {y.base, yc});
+            else
+              for (std::int64_t i = 0; i < nr; ++i) compare_row(ins.cmp, len, dst + i * len, x.at(i), y.at(i));
+            break;
+          }
+          default:
+            binary_member(ins.op, nr, len, dst, x, operand(ins.b));
+        }
+      }
+    }
+  });
 }
 
 }  // namespace
 
 Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept) {
   const std::size_t N = std::size_t(g.size());
-  std::vector<int> readers(N, 0), pos(N, -1);
+  std::vector<int> pos(N, -1);
+  std::vector<std::vector<NodeId>> readers(N);  // distinct readers among the planned nodes
   std::vector<char> keep(N, 0);
   for (NodeId k : kept) keep[std::size_t(k)] = 1;
   for (std::size_t s = 0; s < order.size(); ++s) {
@@ -85,42 +411,70 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
     pos[std::size_t(order[s])] = int(s);
     for (std::size_t i = 0; i < n.inputs.size(); ++i)
       if (std::find(n.inputs.begin(), n.inputs.begin() + std::ptrdiff_t(i), n.inputs[i]) == n.inputs.begin() + std::ptrdiff_t(i))
-        ++readers[std::size_t(n.inputs[i])];  // distinct readers
+        readers[std::size_t(n.inputs[i])].push_back(order[s]);
   }
-  // Every fusible node starts a group of its own and absorbs the groups of those operands
-  // that only it reads; a group that was absorbed is left empty.
+  // Readers first: join the readers' group, or start one.
   Fusion f;
   f.group_of.assign(N, -1);
-  std::vector<std::vector<NodeId>> members;
-  for (NodeId id : order) {
-    if (!fusible(g, id)) continue;
-    std::vector<NodeId> mine;
-    for (NodeId in : g.node(id).inputs) {
-      const int gi = f.group_of[std::size_t(in)];
-      if (gi < 0 || members[std::size_t(gi)].empty() || readers[std::size_t(in)] != 1 || keep[std::size_t(in)]) continue;
-      if (int(mine.size() + members[std::size_t(gi)].size()) + 1 > max_fused_members) continue;
-      mine.insert(mine.end(), members[std::size_t(gi)].begin(), members[std::size_t(gi)].end());
-      members[std::size_t(gi)].clear();
-    }
-    mine.push_back(id);
-    for (NodeId m : mine) f.group_of[std::size_t(m)] = int(members.size());
-    members.push_back(std::move(mine));
+  std::vector<Building> building;
+  for (std::size_t s = order.size(); s-- > 0;) {
+    const NodeId id = order[s];
+    const Node& nd = g.node(id);
+    const Fit fit = row_fit(g, id);
+    const bool flat = flat_fusible(g, id);
+    if (!fit.ok && !flat) continue;
+    // Join a readers' group whose root runs before every reader outside it (then no path
+    // leaves the group and comes back, and those readers find the value stored).
+    const std::vector<NodeId>& rd = readers[std::size_t(id)];
+    int joined = -1;
+    if (!keep[std::size_t(id)])
+      for (NodeId cand : rd) {
+        const int gi = f.group_of[std::size_t(cand)];
+        if (gi < 0) continue;
+        Building& b = building[std::size_t(gi)];
+        bool fits = int(b.members.size()) < max_fused_members;
+        if (b.flat_only) fits = fits && flat && nd.shape == b.shape;
+        else fits = fits && fit.ok && fit.lead == b.lead && (fit.n < 0 || b.n < 0 || fit.n == b.n);
+        const int root_pos = pos[std::size_t(b.members.front())];
+        for (NodeId r : rd) fits = fits && (f.group_of[std::size_t(r)] == gi || pos[std::size_t(r)] > root_pos);
+        if (!fits) continue;
+        if (!b.flat_only && b.n < 0) b.n = fit.n;
+        b.members.push_back(id);
+        f.group_of[std::size_t(id)] = joined = gi;
+        break;
+      }
+    if (joined >= 0) continue;
+    Building b;
+    b.members = {id};
+    b.shape = nd.shape;
+    b.flat_only = !fit.ok;  // a row too long: flat members only
+    b.lead = fit.lead;
+    b.n = fit.n;
+    f.group_of[std::size_t(id)] = int(building.size());
+    building.push_back(std::move(b));
   }
   // Keep the groups of two or more, numbered in order of their roots, with their programs.
   std::fill(f.group_of.begin(), f.group_of.end(), -1);
-  for (auto& mem : members) {
+  std::reverse(building.begin(), building.end());  // roots in planned order
+  for (Building& b : building) {
+    std::vector<NodeId>& mem = b.members;
     if (mem.size() < 2) continue;
-    std::sort(mem.begin(), mem.end(), [&](NodeId a, NodeId b) { return pos[std::size_t(a)] < pos[std::size_t(b)]; });
+    std::sort(mem.begin(), mem.end(), [&](NodeId x, NodeId y) { return pos[std::size_t(x)] < pos[std::size_t(y)]; });
     FusedGroup grp;
     grp.root = mem.back();
     grp.members = mem;
-    for (NodeId m : mem) f.group_of[std::size_t(m)] = int(f.groups.size());
+    grp.flat = true;
+    for (NodeId m : mem) grp.flat = grp.flat && flat_fusible(g, m) && g.node(m).shape == b.shape;
+    grp.lead = b.lead;
+    grp.n = b.n < 0 ? 1 : b.n;
+    const int gi = int(f.groups.size());
+    for (NodeId m : mem) f.group_of[std::size_t(m)] = gi;
     for (NodeId m : mem) {
       const Node& n = g.node(m);
-      int operand[2] = {0, 0};
+      int operand[3] = {0, 0, 0};
       for (std::size_t i = 0; i < n.inputs.size(); ++i) {
         const NodeId in = n.inputs[i];
-        if (f.group_of[std::size_t(in)] == int(f.groups.size())) {
+        if (f.group_of[std::size_t(in)] == gi) {
           operand[i] = int(std::find(mem.begin(), mem.end(), in) - mem.begin());
         } else {
           auto it = std::find(grp.inputs.begin(), grp.inputs.end(), in);
@@ -128,36 +482,30 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
           operand[i] = -int(it - grp.inputs.begin()) - 1;
         }
       }
-      grp.program.push_back({n.op, operand[0], operand[1]});
+      FusedInstr ins{n.op, operand[0], operand[1], operand[2]};
+      ins.cmp = n.attrs.cmp;
+      ins.reduced = !grp.flat && n.shape.back() == 1;
+      grp.program.push_back(ins);
     }
+    // Members read outside the group are stored.
+    for (NodeId m : mem)
+      if (m != grp.root && std::any_of(readers[std::size_t(m)].begin(), readers[std::size_t(m)].end(),
+                                       [&](NodeId r) { return f.group_of[std::size_t(r)] != gi; })) {
+        grp.stored.push_back(m);
+        grp.program[std::size_t(std::find(mem.begin(), mem.end(), m) - mem.begin())].stored = true;
+      }
+    if (!grp.flat)
+      for (NodeId in : grp.inputs) grp.reads.push_back(read_of(g.node(in).shape, grp.lead, grp.n));
     f.groups.push_back(std::move(grp));
   }
   return f;
 }
 
-void run_fused(const FusedGroup& group, std::span<const View> in, View out) {
-  const std::int64_t n = out.numel(), w = std::int64_t(simd::width);
-  const std::size_t count = group.program.size();
-  GG_CHECK(count <= std::size_t(max_fused_members) && in.size() == group.inputs.size());
-  // Chunks in whole registers, as unary_kernel: only the last value(s) take the scalar tail.
-  parallel_for((n + w - 1) / w, 8192 / w, [&](std::int64_t b, std::int64_t e) {
-    alignas(64) float buf[max_fused_members][tile];
-    const std::int64_t lo = b * w, hi = std::min(n, e * w);
-    for (std::int64_t t0 = lo; t0 < hi; t0 += tile) {
-      const std::int64_t len = std::min(tile, hi - t0);
-      auto operand = [&](int o) -> Operand {
-        if (o >= 0) return {buf[o], false};
-        const View& v = in[std::size_t(-o - 1)];
-        return v.numel() == 1 ? Operand{v.f(), true} : Operand{v.f() + t0, false};
-      };
-      for (std::size_t k = 0; k < count; ++k) {
-        const FusedInstr& ins = group.program[k];
-        float* dst = k + 1 == count ? out.f() + t0 : buf[k];
-        const bool unary = op_arity(ins.op) == 1;
-        run_instr(ins.op, len, dst, operand(ins.a), unary ? Operand{nullptr, false} : operand(ins.b));
-      }
-    }
-  });
+void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored) {
+  GG_CHECK(group.program.size() <= std::size_t(max_fused_members) && in.size() == group.inputs.size());
+  GG_CHECK(stored.size() == group.stored.size());
+  if (group.flat) run_flat(group, in, out, stored);
+  else run_rows(group, in, out, stored);
 }
 
 bool fuse_by_default() {

@@ -1,12 +1,25 @@
-// The element-wise fusion pass: a planning pass over an ordered graph that groups chains of
-// element-wise ops (add, sub, mul, div, maximum, neg, exp, log, sqrt, tanh, erf) into one
-// step each, run over cache-sized tiles so the chain's intermediate values never go to
-// memory (and take no room in the arena). A group is a tree of f32 nodes of one shape whose
-// operands are values of that shape or one-element values; each member but the root has
-// exactly one reader (in the group) and is not kept (an output, or a node with a value
-// check). Values are those of the ops run one by one, bit for bit: each member runs the
-// op's own element function (elementwise_fn.h) on the same SIMD/scalar split. It is not a
-// graph rewrite: the graph and its ids are unchanged; the executor runs a group as a step.
+// The fusion pass: a planning pass over an ordered graph that groups element-wise chains,
+// row reductions and broadcasts into one step each, run so that the chain's intermediate
+// values never go to memory (and take no room in the arena). It is not a graph rewrite:
+// the graph and its ids are unchanged; the executor runs a group as one step.
+//
+// A group works over a row space S = (lead..., n). Its members are f32 nodes of shape S
+// ("full") or (lead..., 1) ("reduced": one value per row): the element-wise ops (add,
+// sub, mul, div, maximum, neg, exp, log, sqrt, tanh, erf, where, compare), expand of a
+// value onto a member's shape, and sum / max over the last axis with keepdim (S ->
+// (lead..., 1)). Its inputs, read from memory, are f32 values of any shape that
+// broadcasts onto S: layer-norm weights (n), row statistics (lead..., 1), masks (1, 1, T,
+// T), one-element scalars. A group is a DAG whose root (its last member) is stored; any
+// other member is not kept (an output, or a node with a value check) and is either read
+// only by members of the group, or also read by nodes planned after the root, and then
+// stored too ("stored" members: a softmax's row max and exponentials, which the backward
+// pass reads). Groups are convex: no path leaves a group and re-enters it.
+//
+// Values are those of the ops run one by one, bit for bit. A reduction runs the unfused
+// kernel's row function (simd::sum / simd::max_of over a contiguous row); binary ops,
+// where, compare, neg and sqrt are exact whatever the SIMD/scalar split; exp, log, tanh
+// and erf run over blocks of whole rows that start on a register boundary of the flat
+// tensor, so their SIMD/scalar split is the unary kernel's.
 #pragma once
 
 #include <cstdint>
@@ -22,14 +35,32 @@ namespace gg {
 // of an earlier member (its index in the program), < 0 is group input -(operand + 1).
 struct FusedInstr {
   OpKind op;
-  int a = 0, b = 0;  // b unused by unary ops
+  int a = 0, b = 0, c = 0;  // b unused by unary ops and reductions, c used by where only
+  Cmp cmp = Cmp::eq;        // compare's relation
+  bool reduced = false;     // the member is (lead..., 1): one value per row
+  bool stored = false;      // also read outside the group: written to its own buffer
+};
+
+// How a group input is read in the row space: row r's values start at
+// sum_d idx_d(r) * lead_stride[d], then step by `inner` (0: one value broadcast over the row).
+struct FusedRead {
+  std::vector<std::int64_t> lead_stride;  // per lead dim of the row space, 0 on broadcast dims
+  std::int64_t inner = 0;                 // 0 or 1
+  std::int64_t step = -1;                 // row r starts at r * step (0: the same row for all), -1: no such step
 };
 
 struct FusedGroup {
-  NodeId root = -1;                // the node whose value the group stores
+  NodeId root = -1;                // the last member; its value is stored
   std::vector<NodeId> members;     // in execution order, root last
-  std::vector<NodeId> inputs;      // values read from memory: the root's shape, or one element
+  std::vector<NodeId> stored;      // members but the root that are read outside the group, in order
+  std::vector<NodeId> inputs;      // values read from memory, broadcasting onto the row space
   std::vector<FusedInstr> program; // one per member, same order
+  // Flat groups (every member one shape, every input that shape or one element, no
+  // reduction) run tile by tile over the flat values; the others run row by row.
+  bool flat = true;
+  Shape lead;                      // row space (lead..., n): rows = prod(lead)
+  std::int64_t n = 1;
+  std::vector<FusedRead> reads;    // per input, for row groups
 };
 
 struct Fusion {
@@ -37,15 +68,18 @@ struct Fusion {
   std::vector<int> group_of;       // per node id: the group it belongs to, or -1
 };
 
-// At most this many members per group (each holds one tile while the group runs).
-inline constexpr int max_fused_members = 16;
+// At most this many members per group (each holds a buffer while the group runs).
+inline constexpr int max_fused_members = 24;
+// Rows longer than this are not fused row-wise (flat groups have no limit).
+inline constexpr std::int64_t max_fused_row = 8192;
 
 // Groups the nodes of `order` (a topological order of the nodes planned) whose values need
 // not be stored: nodes in `kept` are never interior to a group.
 Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept);
 
-// Runs a group: out = the root's value; in: the group's inputs, in group.inputs order.
-void run_fused(const FusedGroup& group, std::span<const View> in, View out);
+// Runs a group: out = the root's value, stored: the stored members' values (in
+// group.stored order); in: the group's inputs, in group.inputs order.
+void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored = {});
 
 // The pass's switch for executors: false when the environment has GG_FUSE=0.
 bool fuse_by_default();

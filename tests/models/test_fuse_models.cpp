@@ -1,19 +1,58 @@
-// The element-wise fusion pass (ops/fuse.h) changes no result: the reference GPT on the
-// golden configs gives the same loss, logits and every parameter's gradient with fusion
-// on and off, bit for bit (each fused member runs its op's own element function on the
-// same SIMD/scalar split, with no reassociation), at 1 and 2 threads, storing fewer values.
+// The fusion pass (ops/fuse.h) changes no result: the reference GPT on the golden configs
+// gives the same loss, logits and every parameter's gradient with fusion on and off, bit
+// for bit (each fused member runs its op's own element function or row reduction on the
+// same SIMD/scalar split, with no reassociation), at 1 and 2 threads, storing fewer values;
+// so do layer_norm, softmax, log_softmax and cross_entropy with their gradients, on rows
+// off the SIMD width. Every group of these plans is convex.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "autodiff/grad.h"
+#include "dsl/nn.h"
 #include "models/gpt.h"
 #include "ops/parallel.h"
 #include "tests/models/gpt_case.h"
 
 using namespace gg;
+
+namespace {
+
+// No path leaves a group and re-enters it; only its root and stored members are read
+// outside it, by nodes after the root (the group runs at the root's place); a member
+// reads only members computed before it.
+void check_convex(const Graph& g, const Fusion& f) {
+  for (std::size_t gi = 0; gi < f.groups.size(); ++gi) {
+    const std::vector<FusedInstr>& prog = f.groups[gi].program;
+    for (std::size_t k = 0; k < prog.size(); ++k) {
+      const int operands[3] = {prog[k].a, prog[k].b, prog[k].c};
+      for (int i = 0; i < op_arity(prog[k].op); ++i) CHECK(operands[i] < int(k));
+    }
+    std::vector<char> left(std::size_t(g.size()), 0);  // reached from the group through a non-member
+    for (NodeId id = 0; id < g.size(); ++id) {
+      const bool member = f.group_of[std::size_t(id)] == int(gi);
+      for (NodeId in : g.node(id).inputs) {
+        if (member) {
+          CHECK(!left[std::size_t(in)]);
+        } else {
+          if (left[std::size_t(in)]) left[std::size_t(id)] = 1;
+          if (f.group_of[std::size_t(in)] == int(gi)) {
+            left[std::size_t(id)] = 1;
+            const FusedGroup& grp = f.groups[gi];
+            CHECK((in == grp.root || std::count(grp.stored.begin(), grp.stored.end(), in) == 1));
+            CHECK(id > grp.root);  // the planned order is by id
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
 
 
 TEST_CASE("fuse: the reference GPT's loss, logits and gradients are unchanged by fusion, at 1 and 2 threads") {
@@ -35,6 +74,7 @@ TEST_CASE("fuse: the reference GPT's loss, logits and gradients are unchanged by
           Executor ex(g, outs, ps, 5, {.simplify = true, .fuse = fuse});
           bytes[fuse] = ex.unshared_bytes();
           CHECK(ex.fusion().groups.empty() != fuse);
+          if (fuse) check_convex(ex.planned_graph(), ex.fusion());
           for (const auto& [name, t] : gpt->feeds) ex.set_input(name, t);
           ex.run();
           for (std::size_t o = 0; o < outs.size(); ++o) {
@@ -47,4 +87,84 @@ TEST_CASE("fuse: the reference GPT's loss, logits and gradients are unchanged by
       set_num_threads(before);
       CHECK(bytes[1] < bytes[0]);  // fewer values stored (the peak may not drop: a group's inputs live until its root)
     }
+}
+
+namespace {
+
+std::vector<float> wave(std::int64_t n, float scale, int salt) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = scale * float(std::sin(0.61 * double(i) + salt));
+  return v;
+}
+
+// Runs outs fused and unfused at 1 and 2 threads, every parameter set to a fixed wave;
+// all four runs must agree bit for bit. Returns the fused plan's largest group.
+std::size_t same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
+                               const std::vector<std::pair<std::string, Tensor>>& feeds) {
+  ParamStore ps;
+  int salt = 0;
+  for (const Node& n : g.nodes())
+    if (n.op == OpKind::param) ps.set(n.name, Tensor::f32(n.shape, wave(numel(n.shape), 2.f, ++salt)));
+  std::vector<Tensor> want;
+  std::size_t largest = 0, stored = 0;
+  const int before = num_threads();
+  for (int threads : {1, 2})
+    for (bool fuse : {false, true}) {
+      set_num_threads(threads);
+      Executor ex(g, outs, ps, 5, {.simplify = true, .fuse = fuse});
+      if (fuse) check_convex(ex.planned_graph(), ex.fusion());
+      for (const FusedGroup& grp : ex.fusion().groups) {
+        largest = std::max(largest, grp.members.size());
+        stored += grp.stored.size();
+      }
+      for (const auto& [name, t] : feeds)
+        if (ex.has_input(name)) ex.set_input(name, t);
+      ex.run();
+      for (std::size_t o = 0; o < outs.size(); ++o) {
+        const Tensor t = ex.get(outs[o]);
+        if (want.size() <= o) want.push_back(t);
+        INFO("output " << o << " '" << g.node(outs[o]).name << "' threads " << threads << " fuse " << fuse);
+        CHECK(std::memcmp(t.data(), want[o].data(), std::size_t(t.numel()) * 4) == 0);
+      }
+    }
+  set_num_threads(before);
+  CHECK(stored > 0);  // the forward values the gradient reads are stored members
+  return largest;
+}
+
+}  // namespace
+
+TEST_CASE("fuse: layer_norm, softmax, log_softmax and cross_entropy, forward and gradients, match unfused bit for bit") {
+  // Row lengths off and on the SIMD width; the rows of (3, 5, n).
+  using namespace gg::dsl;
+  for (std::int64_t n : {7, 64, 65}) {
+    for (const char* layer : {"layer_norm", "softmax", "log_softmax", "cross_entropy"}) {
+      CAPTURE(n);
+      const std::string kind = layer;
+      CAPTURE(kind);
+      Graph g;
+      Expr x = param(g, "x", {3, 5, n});
+      Expr r = input(g, "r", {3, 5, n});  // weights the output so every gradient row differs
+      Expr out;
+      Expr loss;
+      if (kind == "cross_entropy") {
+        Expr targets = input(g, "targets", {3, 5}, DType::i32);
+        out = log_softmax(x * r);
+        loss = cross_entropy(x * r, targets);
+      } else {
+        out = kind == "layer_norm" ? layer_norm(x, "ln") : kind == "softmax" ? softmax(x) : log_softmax(x);
+        loss = sum_all(out * r);
+      }
+      std::vector<NodeId> wrt;
+      for (NodeId id = 0; id < g.size(); ++id)
+        if (g.node(id).op == OpKind::param) wrt.push_back(id);
+      std::vector<NodeId> outs = {out.id, loss.id};
+      for (NodeId d : grad(g, loss.id, wrt)) outs.push_back(d);
+      Tensor targets({3, 5}, DType::i32);
+      for (std::int64_t i = 0; i < 15; ++i) targets.i()[i] = std::int32_t((i * 5 + 2) % n);
+      const std::size_t largest = same_fused_and_not(
+          g, outs, {{"r", Tensor::f32({3, 5, n}, wave(15 * n, 1.f, 9))}, {"targets", targets}});
+      CHECK(largest >= 4);  // a row statistic and its uses in one group
+    }
+  }
 }

@@ -107,6 +107,46 @@ TEST_CASE("anomaly mode lets a mask's -inf flow through where and the softmax") 
   CHECK(std::isfinite(ex.scalar(loss)));
 }
 
+TEST_CASE("anomaly mode names a fused row group by its root, its ops and its inputs") {
+  Graph g;
+  ParamStore ps;
+  ps.set("x", Tensor::f32({2, 3}, std::vector<float>{1.f, 2.f, 3.f, 4.f, -5.f, 6.f}));
+  ps.set("w", Tensor::f32({3}, std::vector<float>{1.f, 0.5f, 2.f}));
+  NodeId x = op::param(g, "x", {2, 3}, Init{});
+  NodeId w = op::param(g, "w", {3}, Init{});
+  NodeId rows = op::sum(g, op::log(g, x), -1, true);  // row 1 holds log(-5): NaN
+  NodeId y = op::mul(g, op::expand(g, rows, {2, 3}), w);
+  Executor ex(g, {y}, ps);
+  REQUIRE(ex.fusion().groups.size() == 1);
+  ex.set_detect_anomaly(true);
+  const std::string msg = anomaly_of(ex);
+  INFO(msg);
+  CHECK(msg.rfind("mul at test_executor_anomaly.cpp:", 0) == 0);
+  CHECK(has(msg, "forward node %" + std::to_string(y) + " f32(2, 3) holds 3 NaN and 0 Inf of 6 values"));
+  CHECK(has(msg, "(the root of a fused group of 4 ops: log, sum, expand, mul; run with GG_FUSE=0 to check each one)"));
+  CHECK(has(msg, "input 0 %" + std::to_string(x) + " param f32(2, 3) 'x'"));
+  CHECK(has(msg, "input 1 %" + std::to_string(w) + " param f32(3,) 'w'"));
+}
+
+TEST_CASE("anomaly mode names a fused group's stored member before its root") {
+  Graph g;
+  ParamStore ps;
+  ps.set("x", Tensor::f32({2, 3}, std::vector<float>{1.f, 2.f, 3.f, 4.f, -5.f, 6.f}));
+  NodeId x = op::param(g, "x", {2, 3}, Init{});
+  NodeId a = op::log(g, x);                                // NaN at -5; read after the group too
+  NodeId r = op::mul(g, a, op::scalar(g, 2.f));            // the root
+  NodeId later = op::matmul(g, a, op::constant(g, std::vector<float>(9, 1.f), {3, 3}));
+  Executor ex(g, {r, later}, ps);
+  REQUIRE(ex.fusion().groups.size() == 1);
+  REQUIRE(ex.fusion().groups[0].stored == std::vector<NodeId>{a});
+  ex.set_detect_anomaly(true);
+  const std::string msg = anomaly_of(ex);
+  INFO(msg);
+  CHECK(msg.rfind("log at test_executor_anomaly.cpp:", 0) == 0);
+  CHECK(has(msg, "forward node %" + std::to_string(a) + " f32(2, 3) holds 1 NaN"));
+  CHECK(has(msg, "(the stored member of a fused group of 2 ops: log, mul;"));
+}
+
 TEST_CASE("GG_DETECT_ANOMALY=1 turns anomaly mode on for executors built afterwards") {
   Graph g;
   ParamStore ps;
