@@ -12,6 +12,10 @@
 #include <new>
 #include <utility>
 
+#if defined(__AVX512F__) && !defined(GG_SCALAR)
+#include <immintrin.h>
+#endif
+
 #include "ops/parallel.h"
 #include "ops/simd.h"
 
@@ -53,6 +57,48 @@ inline vec vsplat(float x) { return x; }
 #endif
 inline vec vfma(const vec& a, const vec& b, const vec& c) { return simd::fma(a, b, c); }
 
+#if defined(__AVX512F__) && !defined(GG_SCALAR)
+#define GG_PACK_TRANSPOSE16 1
+// Transposes a 16 x 16 block held as 16 rows (r[i] = row i) in registers: 32-bit, then
+// 64-bit interleaves, then two rounds of 128-bit lane shuffles. Packing a row-major
+// operand into k-major slivers is a transpose; done 256 values at a time this way it costs
+// a fraction of the scalar stride-MR stores (which took 15% of a 768x128x128 product).
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16], v[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  auto lo = [](__m512 a, __m512 b) { return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))); };
+  auto hi = [](__m512 a, __m512 b) { return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))); };
+  for (int q = 0; q < 4; ++q) {
+    u[4 * q + 0] = lo(t[4 * q + 0], t[4 * q + 2]);
+    u[4 * q + 1] = hi(t[4 * q + 0], t[4 * q + 2]);
+    u[4 * q + 2] = lo(t[4 * q + 1], t[4 * q + 3]);
+    u[4 * q + 3] = hi(t[4 * q + 1], t[4 * q + 3]);
+  }
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < 4; ++j) {
+      v[8 * h + j] = _mm512_shuffle_f32x4(u[8 * h + j], u[8 * h + 4 + j], 0x88);
+      v[8 * h + 4 + j] = _mm512_shuffle_f32x4(u[8 * h + j], u[8 * h + 4 + j], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_f32x4(v[j], v[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(v[j], v[8 + j], 0xdd);
+  }
+}
+
+// dst[k * stride + i] = src[i * ld + k] for i < rows (<= 16), k in [0, 16): 16 columns of
+// `rows` rows, transposed. Stores write exactly `rows` floats per k (masked).
+inline void transpose_rows16(const float* src, std::int64_t ld, int rows, float* dst, std::int64_t stride) {
+  __m512 r[16];
+  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(src + i * ld) : _mm512_setzero_ps();
+  transpose16(r);
+  const __mmask16 m = __mmask16((1u << rows) - 1u);
+  for (int k = 0; k < 16; ++k) _mm512_mask_storeu_ps(dst + k * stride, m, r[k]);
+}
+#endif
+
 // ---- blocking parameters ------------------------------------------------------------------
 // The microkernel tile is MR rows x NV vectors (NR = NV * W columns) of accumulators:
 // AVX-512 has 32 registers (MR * NV accumulators + NV for B), AVX2/SSE have 16.
@@ -67,6 +113,7 @@ constexpr i64 MC = 48 / MR * MR;      // rows of the packed A block (MC x KC), n
 constexpr i64 NC = 1024;              // columns of the packed B panel (KC x NC): 1 MB, in L2
 constexpr i64 SMALL = 16 * 16 * 16;   // M*N*K at or below this: plain loops, no microkernel
 constexpr i64 DIRECT = 128 * 128 * 128;  // M*N*K at or below this: microkernel, no packing
+constexpr i64 DIRECT_TA = 1 << 19;        // M*K at or below this with a transposed A: no packing
 constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
 
 // ---- per-thread packing buffers (grown on demand, never freed per call) ------------------
@@ -112,14 +159,25 @@ void pack_a(const Problem& P, i64 i0, i64 mc, i64 p0, i64 kc, float* Ap) {
     const i64 mr = std::min<i64>(MR, mc - s);
     float* dst = Ap + s * kc;
     if (P.ta) {  // A is (K, M): rows of A are columns of op(A), contiguous in i
+#ifdef GG_PACK_TRANSPOSE16
+      const __mmask16 m = __mmask16((1u << mr) - 1u);  // mr <= MR = 12 floats a row
+      for (i64 k = 0; k < kc; ++k)
+        _mm512_mask_storeu_ps(dst + k * MR, m, _mm512_maskz_loadu_ps(m, P.A + (p0 + k) * P.lda + i0 + s));
+#else
       for (i64 k = 0; k < kc; ++k) {
         const float* src = P.A + (p0 + k) * P.lda + i0 + s;
         for (i64 i = 0; i < mr; ++i) dst[k * MR + i] = src[i];
       }
+#endif
     } else {  // A is (M, K): read each row contiguously, write with stride MR
+      i64 k0 = 0;
+#ifdef GG_PACK_TRANSPOSE16
+      for (; k0 + 16 <= kc; k0 += 16)  // 16 columns at a time, transposed in registers
+        transpose_rows16(P.A + (i0 + s) * P.lda + p0 + k0, P.lda, int(mr), dst + k0 * MR, MR);
+#endif
       for (i64 i = 0; i < mr; ++i) {
         const float* src = P.A + (i0 + s + i) * P.lda + p0;
-        for (i64 k = 0; k < kc; ++k) dst[k * MR + i] = src[k];
+        for (i64 k = k0; k < kc; ++k) dst[k * MR + i] = src[k];
       }
     }
   }
@@ -132,9 +190,16 @@ void pack_b(const Problem& P, i64 j0, i64 nc, i64 p0, i64 kc, float* Bp) {
     const i64 nr = std::min<i64>(NR, nc - s);
     float* dst = Bp + s * kc;
     if (P.tb) {  // B is (N, K): read each row (a column of op(B)) contiguously
+      i64 k0 = 0;
+#ifdef GG_PACK_TRANSPOSE16
+      for (; k0 + 16 <= kc; k0 += 16)  // 16 columns at a time, in blocks of 16 rows
+        for (i64 j = 0; j < nr; j += 16)
+          transpose_rows16(P.B + (j0 + s + j) * P.ldb + p0 + k0, P.ldb, int(std::min<i64>(16, nr - j)),
+                           dst + k0 * NR + j, NR);
+#endif
       for (i64 j = 0; j < nr; ++j) {
         const float* src = P.B + (j0 + s + j) * P.ldb + p0;
-        for (i64 k = 0; k < kc; ++k) dst[k * NR + j] = src[k];
+        for (i64 k = k0; k < kc; ++k) dst[k * NR + j] = src[k];
       }
       for (i64 k = 0; k < kc && nr < NR; ++k)
         for (i64 j = nr; j < NR; ++j) dst[k * NR + j] = 0.f;
@@ -301,9 +366,12 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
   if (M * N * K <= SMALL) return gemm_small(P);
 
   // Products up to DIRECT read A (and usually B) in place; larger ones pack panels, which
-  // pays for itself once each packed element is reused enough.
+  // pays for itself once each packed element is reused enough. A transposed A of up to
+  // DIRECT_TA values is read in place at any size: its k-major rows are already the packed
+  // layout, and re-reading it from L2 costs less than copying it (the weight gradients'
+  // X^T @ G of a small model: 8-10% faster, measured).
   void (*const stripe)(const Problem&, i64, i64, i64, i64) =
-      M * N * K <= DIRECT ? gemm_direct : gemm_blocked;
+      M * N * K <= DIRECT || (ta && M * K <= DIRECT_TA) ? gemm_direct : gemm_blocked;
 
   // Threads take independent stripes of C: rows in MR units, or columns in NR units when
   // there are more column tiles than row tiles. Each thread packs its own panels.

@@ -143,6 +143,12 @@ TEST_CASE("gemm on the project's shapes") {
     check({false, false, 64, 64, 32, 1.f, 0.f});      // attention scores
     check({false, true, 64, 64, 32, 0.125f, 0.f});    // q @ k^T, scaled
     check({false, false, 64, 32, 64, 1.f, 0.f});      // att @ v
+    // Past DIRECT with a transposed A read in place; the 16-column transposing packs with
+    // partial slivers, depths that are not a multiple of 16 and padded rows.
+    check({true, false, 100, 70, 600, 1.f, 0.f, 3});
+    check({true, true, 130, 50, 700, 0.5f, 1.f, 1});
+    check({false, true, 300, 45, 700, 1.f, 0.5f, 5});
+    check({false, false, 299, 77, 530, 1.f, 0.f, 2});
   });
 }
 
