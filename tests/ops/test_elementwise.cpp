@@ -117,6 +117,20 @@ std::vector<Pattern> patterns(std::int64_t n) {
 
 }  // namespace
 
+// Whether comparison c holds for u and v, as C++ evaluates it (NaN: false but for ne).
+template <class T>
+bool cmp_holds(Cmp c, T u, T v) {
+  switch (c) {
+    case Cmp::lt: return u < v;
+    case Cmp::le: return u <= v;
+    case Cmp::gt: return u > v;
+    case Cmp::ge: return u >= v;
+    case Cmp::eq: return u == v;
+    case Cmp::ne: return u != v;
+  }
+  return false;
+}
+
 TEST_CASE("binary ops match double references on every broadcasting pattern") {
   std::uint32_t seed = 1;
   for (std::int64_t n : kSizes)
@@ -257,17 +271,7 @@ TEST_CASE("maximum with infinities and a constant operand") {
 
 TEST_CASE("compare: all six kinds on f32 and i32, with broadcasting") {
   const Cmp kinds[] = {Cmp::lt, Cmp::le, Cmp::gt, Cmp::ge, Cmp::eq, Cmp::ne};
-  auto holds = [](Cmp c, double u, double v) {
-    switch (c) {
-      case Cmp::lt: return u < v;
-      case Cmp::le: return u <= v;
-      case Cmp::gt: return u > v;
-      case Cmp::ge: return u >= v;
-      case Cmp::eq: return u == v;
-      case Cmp::ne: return u != v;
-    }
-    return false;
-  };
+  auto holds = [](Cmp c, double u, double v) { return cmp_holds(c, u, v); };
   std::mt19937 rng(7);
   std::uniform_int_distribution<int> small(-2, 2);  // ties are frequent
   for (DType dt : {DType::f32, DType::i32})
@@ -384,17 +388,7 @@ TEST_CASE("compare and where: NaN, infinities and signed zeros on every stride p
     return u;
   };
   const Cmp kinds[] = {Cmp::lt, Cmp::le, Cmp::gt, Cmp::ge, Cmp::eq, Cmp::ne};
-  auto holds = [](Cmp c, float u, float v) {
-    switch (c) {
-      case Cmp::lt: return u < v;
-      case Cmp::le: return u <= v;
-      case Cmp::gt: return u > v;
-      case Cmp::ge: return u >= v;
-      case Cmp::eq: return u == v;
-      case Cmp::ne: return u != v;
-    }
-    return false;
-  };
+  auto holds = [](Cmp c, float u, float v) { return cmp_holds(c, u, v); };
   for (std::int64_t n : kSizes) {
     const std::int64_t t = std::min<std::int64_t>(n, 33);
     struct Case {
