@@ -16,6 +16,9 @@
 
 #include <unistd.h>
 
+#include "ops/parallel.h"
+#include "ops/simd.h"
+
 namespace gg {
 namespace {
 std::size_t round64(std::size_t b) { return (b + 63) / 64 * 64; }
@@ -52,12 +55,210 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
       const int step = step_of_[std::size_t(p)];  // -1: a node the outputs do not need
       if (step >= 0 && user_order_[std::size_t(step)] < 0) user_order_[std::size_t(step)] = id;
     }
+  if (options.slice) plan_slices();
   std::vector<std::size_t> offset;
   std::vector<NodeId> root;
   plan_memory(offset, root);
   bind_views(offset, root);
   make_steps();
+  bind_slices();
   plan_checks(step_of_);
+}
+
+bool slice_by_default() {
+  const char* env = std::getenv("GG_SLICE");
+  return !(env && std::string(env) == "0");
+}
+
+namespace {
+bool slice_elementwise(OpKind k) {
+  switch (k) {
+    case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
+    case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh: case OpKind::erf:
+    case OpKind::compare: case OpKind::where:
+      return true;
+    default:
+      return false;
+  }
+}
+bool starts_with(const Shape& s, const Shape& lead) {
+  return s.size() > lead.size() && std::equal(lead.begin(), lead.end(), s.begin());
+}
+// Per L dim, the element stride of an input of shape `in` read by an output of rank `r`
+// whose leading dims are L (0 where the input broadcasts); false if it cannot be sliced.
+bool lead_strides(const Shape& in, std::size_t r, const Shape& lead, std::vector<std::int64_t>& stride) {
+  stride.assign(lead.size(), 0);
+  for (std::size_t d = 0; d < lead.size(); ++d) {
+    const std::ptrdiff_t od = std::ptrdiff_t(d) - std::ptrdiff_t(r) + std::ptrdiff_t(in.size());
+    const std::int64_t dim = od >= 0 ? in[std::size_t(od)] : 1;
+    if (dim == 1) continue;
+    if (dim != lead[d]) return false;
+    std::int64_t inner = 1;
+    for (std::size_t e = std::size_t(od) + 1; e < in.size(); ++e) inner *= in[e];
+    stride[d] = inner;
+  }
+  return true;
+}
+}  // namespace
+
+// Chains: from a batched matmul (both operands batched over the same dims L, at least two
+// batches), as many following steps as can run one L-slice at a time: batched matmuls over
+// L, fused groups whose rows start with L, element-wise ops and reductions over later axes
+// (inputs from outside the chain may broadcast over L, values made inside it are read
+// slice by slice), and reshapes that keep L. A slice of a step computes exactly what the
+// step computes for those rows, so the values do not change: each slice's row blocks start
+// on a register boundary (rows or values per slice a multiple of the SIMD width), and
+// every kernel on a slice is the whole-tensor kernel on a view.
+void Executor::plan_slices() {
+  const std::int64_t W = std::int64_t(simd::width);
+  std::vector<std::size_t> pos;  // positions of the step nodes in order_
+  for (std::size_t s = 0; s < order_.size(); ++s) {
+    const NodeId id = order_[s];
+    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+    if (bound_leaf(g_.node(id).op) || (gi >= 0 && fusion_.groups[std::size_t(gi)].root != id)) continue;
+    pos.push_back(s);
+  }
+  std::vector<char> inside(std::size_t(g_.size()), 0);
+  auto sliceable = [&](NodeId id, const Shape& L) {
+    const Node& n = g_.node(id);
+    const std::int64_t C = numel(L);
+    std::vector<std::int64_t> stride;
+    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+    if (gi >= 0) {
+      const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
+      for (NodeId in : grp.inputs)
+        if (inside[std::size_t(in)] && !starts_with(g_.node(in).shape, L)) return false;
+      if (grp.flat) {
+        if (!starts_with(n.shape, L) || (numel(n.shape) / C) % W != 0) return false;
+        for (NodeId in : grp.inputs)
+          if (g_.node(in).shape != n.shape && numel(g_.node(in).shape) != 1) return false;
+        return true;
+      }
+      if (grp.lead.size() <= L.size() || !std::equal(L.begin(), L.end(), grp.lead.begin())) return false;
+      std::int64_t rows = 1;
+      for (std::size_t d = L.size(); d < grp.lead.size(); ++d) rows *= grp.lead[d];
+      return rows % W == 0;
+    }
+    if (!starts_with(n.shape, L)) return false;
+    for (NodeId in : n.inputs) {
+      const Shape& si = g_.node(in).shape;
+      if (!lead_strides(si, n.shape.size(), L, stride)) return false;
+      if (inside[std::size_t(in)] && !starts_with(si, L)) return false;
+    }
+    if (n.op == OpKind::matmul) {
+      for (NodeId in : n.inputs)
+        if (g_.node(in).shape.size() != L.size() + 2 || !starts_with(g_.node(in).shape, L)) return false;
+      return n.shape.size() == L.size() + 2;
+    }
+    if (slice_elementwise(n.op)) return (numel(n.shape) / C) % W == 0;
+    if (n.op == OpKind::sum || n.op == OpKind::max) return n.attrs.axis >= std::int64_t(L.size());
+    if (n.op == OpKind::reshape) return starts_with(g_.node(n.inputs[0]).shape, L);
+    return false;
+  };
+  auto mark = [&](NodeId id) {
+    inside[std::size_t(id)] = 1;
+    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+    if (gi >= 0)
+      for (NodeId m : fusion_.groups[std::size_t(gi)].stored) inside[std::size_t(m)] = 1;
+  };
+  for (std::size_t k = 0; k < pos.size(); ++k) {
+    const Node& n = g_.node(order_[pos[k]]);
+    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(order_[pos[k]])];
+    if (gi >= 0 || n.op != OpKind::matmul || n.shape.size() < 3) continue;
+    const Shape L(n.shape.begin(), n.shape.end() - 2);
+    if (numel(L) < 2 || !sliceable(order_[pos[k]], L)) continue;
+    std::size_t j = k, compute = 0;
+    for (; j < pos.size() && sliceable(order_[pos[j]], L); ++j) {
+      mark(order_[pos[j]]);
+      if (g_.node(order_[pos[j]]).op != OpKind::reshape) ++compute;
+    }
+    for (std::size_t q = k; q < j; ++q) inside[std::size_t(order_[pos[q]])] = 0;
+    std::fill(inside.begin(), inside.end(), 0);
+    if (compute >= 2) {
+      SliceChain c;
+      c.first = pos[k];
+      c.last = pos[j - 1];
+      c.lead = L;
+      c.slices = numel(L);
+      chains_.push_back(std::move(c));
+    }
+    k = j - 1;
+  }
+}
+
+// The chains' steps: indices into steps_, and each step's per-slice views.
+void Executor::bind_slices() {
+  chain_at_.assign(steps_.size(), -1);
+  if (chains_.empty()) return;
+  std::vector<int> step_at(order_.size(), -1);  // position in order_ -> step index
+  for (std::size_t t = 0; t < steps_.size(); ++t) step_at[std::size_t(step_of_[std::size_t(steps_[t].id)])] = int(t);
+  for (std::size_t ci = 0; ci < chains_.size(); ++ci) {
+    SliceChain& c = chains_[ci];
+    c.first = std::size_t(step_at[c.first]);
+    c.last = std::size_t(step_at[c.last]);
+    chain_at_[c.first] = int(ci);
+    for (std::size_t t = c.first; t <= c.last; ++t) {
+      const Step& st = steps_[t];
+      const Node& n = g_.node(st.id);
+      SliceStep ss;
+      if (st.group >= 0) {
+        ss.extent = fused_extent(fusion_.groups[std::size_t(st.group)], st.out) / c.slices;
+      } else {
+        auto sliced = [&](Shape s) {  // the L dims (as aligned to the output) set to 1
+          const std::size_t r = n.shape.size();
+          for (std::size_t d = 0; d < c.lead.size(); ++d)
+            if (const std::ptrdiff_t od = std::ptrdiff_t(d) - std::ptrdiff_t(r) + std::ptrdiff_t(s.size()); od >= 0)
+              s[std::size_t(od)] = 1;
+          return s;
+        };
+        for (NodeId in : n.inputs) {
+          std::vector<std::int64_t> stride;
+          GG_CHECK(lead_strides(g_.node(in).shape, n.shape.size(), c.lead, stride));
+          ss.in_stride.push_back(std::move(stride));
+          ss.in_shape.push_back(sliced(g_.node(in).shape));
+        }
+        ss.out_shape = sliced(n.shape);
+        ss.out_elems = numel(n.shape) / c.slices;
+      }
+      c.steps.push_back(std::move(ss));
+    }
+  }
+}
+
+// Runs chain c slice-major: each thread takes whole slices through every step.
+void Executor::run_chain(const SliceChain& c) {
+  for (std::size_t t = c.first; t <= c.last; ++t) {
+    Step& st = steps_[t];
+    st.in.clear();
+    for (NodeId in : reads(st)) st.in.push_back(views_[std::size_t(in)]);
+  }
+  const std::size_t l = c.lead.size();
+  parallel_for(c.slices, 1, [&](std::int64_t b, std::int64_t e) {
+    std::vector<View> ins;
+    std::vector<std::int64_t> idx(l);
+    for (std::int64_t i = b; i < e; ++i) {
+      for (std::size_t d = l, rem = std::size_t(i); d-- > 0;) {  // i's multi-index over L
+        idx[d] = std::int64_t(rem % std::size_t(c.lead[d]));
+        rem /= std::size_t(c.lead[d]);
+      }
+      for (std::size_t t = c.first; t <= c.last; ++t) {
+        const Step& st = steps_[t];
+        const SliceStep& ss = c.steps[t - c.first];
+        if (st.group >= 0) {
+          run_fused(fusion_.groups[std::size_t(st.group)], st.in, st.out, st.stored, i * ss.extent, (i + 1) * ss.extent);
+          continue;
+        }
+        ins.clear();
+        for (std::size_t j = 0; j < st.in.size(); ++j) {
+          std::int64_t off = 0;
+          for (std::size_t d = 0; d < l; ++d) off += idx[d] * ss.in_stride[j][d];
+          ins.push_back(View{static_cast<char*>(st.in[j].data) + off * 4, &ss.in_shape[j], st.in[j].dtype});
+        }
+        const View out{static_cast<char*>(st.out.data) + i * ss.out_elems * 4, &ss.out_shape, st.out.dtype};
+        st.kernel(KernelArgs{g_.node(st.id), ins, out, const_cast<std::mt19937_64*>(&rng_)});
+      }
+    }
+  });
 }
 
 // One step per computed node, in order: its kernel and its output view; a fused group is
@@ -139,6 +340,10 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   for (std::size_t s = 0; s < order_.size(); ++s)
     for (NodeId in : g.node(order_[s]).inputs)
       last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], runs_at(s));
+  // A chain runs its steps slice by slice: what any of them reads stays until its end.
+  for (const SliceChain& c : chains_)
+    for (std::size_t s = c.first; s <= c.last; ++s)
+      for (NodeId in : g.node(order_[s]).inputs) last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], int(c.last));
   for (NodeId o : outputs_) {
     last_use[std::size_t(o)] = INT_MAX;
     kept_[std::size_t(o)] = 1;
@@ -346,7 +551,24 @@ void Executor::run() {
     step_seconds_.resize(steps_.size(), 0.0);
     ++profiled_runs_;
   }
-  for (Step& st : steps_) {
+  for (std::size_t t = 0; t < steps_.size(); ++t) {
+    if (!chain_at_.empty() && chain_at_[t] >= 0 && !detect_anomaly_) {
+      const SliceChain& c = chains_[std::size_t(chain_at_[t])];
+      const auto t0 = std::chrono::steady_clock::now();
+      run_chain(c);
+      if (profile_) {
+        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        step_seconds_[t] += dt;
+        sliced_seconds_ += dt;
+        ++sliced_calls_;
+        sliced_steps_ += std::int64_t(c.last - c.first + 1);
+      }
+      for (std::size_t u = c.first; u <= c.last; ++u)
+        for (std::size_t ck : steps_[u].checks) run_check(ck);
+      t = c.last;
+      continue;
+    }
+    Step& st = steps_[t];
     const Node& n = g_.node(st.id);
     st.in.clear();
     for (NodeId in : reads(st)) st.in.push_back(views_[std::size_t(in)]);
@@ -460,7 +682,7 @@ std::string Executor::profile_report() const {
     }
   std::sort(kinds.begin(), kinds.end(), [&](int a, int b) { return op_seconds_[std::size_t(a)] > op_seconds_[std::size_t(b)]; });
   std::string s = fmt::format("{:<12} {:>8} {:>10} {:>6}\n", "op", "calls", "total ms", "share");
-  total += fused_seconds_;
+  total += fused_seconds_ + sliced_seconds_;
   bool fused_listed = fused_calls_ == 0;
   auto fused_line = [&] {
     fused_listed = true;
@@ -474,6 +696,10 @@ std::string Executor::profile_report() const {
                      op_seconds_[std::size_t(k)] * 1e3, 100.0 * op_seconds_[std::size_t(k)] / std::max(total, 1e-12));
   }
   if (!fused_listed) s += fused_line();
+  if (sliced_calls_ > 0)
+    s += fmt::format("{:<12} {:>8} {:>10.1f} {:>5.1f}%  (batch-slice chains of {:.1f} steps, matmuls and groups inside)\n",
+                     "sliced", sliced_calls_, sliced_seconds_ * 1e3, 100.0 * sliced_seconds_ / std::max(total, 1e-12),
+                     double(sliced_steps_) / double(sliced_calls_));
   return s;
 }
 
@@ -491,8 +717,12 @@ std::string Executor::profile_steps_report(int top) const {
     for (NodeId in : reads(st)) ins += (ins.empty() ? "" : ", ") + to_string(g_.node(in).shape);
     std::string what = st.group >= 0 ? fmt::format("fused x{}", fusion_.groups[std::size_t(st.group)].members.size())
                                      : std::string(op_name(n.op));
+    if (!chain_at_.empty() && chain_at_[idx[r]] >= 0) {
+      const SliceChain& c = chains_[std::size_t(chain_at_[idx[r]])];
+      what = fmt::format("sliced chain of {} steps over {} slices, from {}", c.last - c.first + 1, c.slices, what);
+    }
     std::string gf = "";
-    if (st.group < 0 && n.op == OpKind::matmul) {
+    if (st.group < 0 && n.op == OpKind::matmul && (chain_at_.empty() || chain_at_[idx[r]] < 0)) {
       const Shape& a = g_.node(n.inputs[0]).shape;
       const double k = double(n.attrs.trans_a ? a[a.size() - 2] : a.back());
       gf = fmt::format("{:.1f}", 2.0 * double(numel(n.shape)) * k / (ms * 1e-3) * 1e-9);

@@ -18,6 +18,9 @@
 
 namespace gg {
 
+// The batch-slice switch for executors: false when the environment has GG_SLICE=0.
+bool slice_by_default();
+
 struct ExecutorOptions {
   // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning.
   // Off with GG_SIMPLIFY=0 in the environment, or here.
@@ -28,7 +31,13 @@ struct ExecutorOptions {
   // Recompute cheap element-wise values next to their late readers instead of keeping
   // them (ops/remat.h), after simplification. Off with GG_REMAT=0, or here.
   bool remat = remat_by_default();
+  // Run chains of batch-parallel steps (attention: the scores' batched matmul, the softmax
+  // groups, the matmul with V; and their gradients) one batch slice at a time through the
+  // whole chain, so a slice's intermediates stay in cache. Values are unchanged bit for
+  // bit. Off with GG_SLICE=0, or here.
+  bool slice = slice_by_default();
 };
+
 
 class Executor {
  public:
@@ -51,6 +60,8 @@ class Executor {
   // The element-wise groups run as one step each (none when the pass is off), in ids of
   // planned_graph().
   const Fusion& fusion() const { return fusion_; }
+  // How many batch-slice chains the plan runs (ExecutorOptions::slice).
+  std::size_t slice_chains() const { return chains_.size(); }
   // Steps of the flat loop (a fused group is one).
   std::size_t step_count() const { return steps_.size(); }
 
@@ -107,8 +118,27 @@ class Executor {
     std::vector<View> stored;         // a fused group's stored members but the root
     std::vector<std::size_t> checks;  // indices into g_.checks() to run after this step
   };
+  // A run of consecutive steps that all work batch slice by batch slice over the same
+  // leading dims L (prod(L) = slices): batched matmuls, fused groups whose rows start
+  // with L, element-wise ops and reductions over later axes. Run slice-major.
+  struct SliceStep {
+    std::vector<std::vector<std::int64_t>> in_stride;  // per read: element stride per L dim (0: broadcast)
+    std::vector<Shape> in_shape;                       // per read: its shape with the L dims set to 1
+    Shape out_shape;                                   // the output's, likewise
+    std::int64_t out_elems = 0;                        // values of the output per slice
+    std::int64_t extent = 0;                           // a group's rows (or flat values) per slice
+  };
+  struct SliceChain {
+    std::size_t first = 0, last = 0;  // positions in order_ of its first and last step nodes, then step indices
+    Shape lead;                       // L
+    std::int64_t slices = 0;
+    std::vector<SliceStep> steps;     // per step of the chain
+  };
   // The phases of the constructor, in order.
   static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, const ExecutorOptions& options);
+  void plan_slices();  // finds the chains (positions in order_), before plan_memory
+  void bind_slices();  // the chains' step indices and per-slice shapes, after make_steps
+  void run_chain(const SliceChain& c);
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
   void bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root);
   void make_steps();
@@ -128,6 +158,8 @@ class Executor {
   std::vector<NodeId> outputs_, order_, user_order_;  // outputs_, order_: ids in g_
   std::vector<int> step_of_;   // per node of g_: its index in order_, or -1
   std::vector<Step> steps_;
+  std::vector<SliceChain> chains_;
+  std::vector<int> chain_at_;  // per step: the chain starting there, or -1
   std::vector<View> views_;          // per node id (valid for planned nodes)
   std::vector<char> kept_;           // per node id: readable after run
   std::vector<Tensor> inputs_;       // storage for input nodes, by node id
@@ -140,6 +172,8 @@ class Executor {
   bool detect_anomaly_ = false;
   std::vector<double> op_seconds_ = std::vector<double>(op_count, 0.0);
   std::vector<std::int64_t> op_calls_ = std::vector<std::int64_t>(op_count, 0);
+  double sliced_seconds_ = 0;  // batch-slice chains' time, profiled apart from the ops
+  std::int64_t sliced_calls_ = 0, sliced_steps_ = 0;
   std::vector<double> step_seconds_;  // per step, over the profiled runs
   std::int64_t profiled_runs_ = 0;
   double fused_seconds_ = 0;  // fused groups' time, profiled apart from the ops

@@ -209,14 +209,16 @@ std::vector<float*> member_outputs(const FusedGroup& group, View out, std::span<
   return dst;
 }
 
-void run_flat(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored) {
-  const std::int64_t n = out.numel(), w = std::int64_t(simd::width);
+// Values [begin, end) of the group (begin on a register boundary).
+void run_flat(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
+              std::int64_t begin, std::int64_t end) {
+  const std::int64_t n = end, w = std::int64_t(simd::width), first = begin / w;
   const std::size_t count = group.program.size();
   const std::vector<float*> whole = member_outputs(group, out, stored);
   // Chunks in whole registers, as unary_kernel: only the last value(s) take the scalar tail.
-  parallel_for((n + w - 1) / w, 8192 / w, [&](std::int64_t b, std::int64_t e) {
+  parallel_for((n - begin + w - 1) / w, 8192 / w, [&](std::int64_t b, std::int64_t e) {
     alignas(64) float buf[max_fused_members][tile];
-    const std::int64_t lo = b * w, hi = std::min(n, e * w);
+    const std::int64_t lo = (first + b) * w, hi = std::min(n, (first + e) * w);
     for (std::int64_t t0 = lo; t0 < hi; t0 += tile) {
       const std::int64_t len = std::min(tile, hi - t0);
       auto member = [&](std::size_t k) { return whole[k] ? whole[k] + t0 : buf[k]; };
@@ -272,11 +274,12 @@ void binary_member(OpKind op, std::int64_t nr, std::int64_t len, float* dst, con
   }
 }
 
-void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored) {
+// Rows [begin, end) of the group (begin a multiple of rows_unit(group)).
+void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
+              std::int64_t begin, std::int64_t end) {
   const std::int64_t n = group.n, w = std::int64_t(simd::width);
   const std::vector<float*> whole = member_outputs(group, out, stored);
-  std::int64_t rows = 1;
-  for (std::int64_t d : group.lead) rows *= d;
+  const std::int64_t rows = end;
   const std::size_t count = group.program.size(), nin = in.size();
   // Rows per block: a multiple of `unit`, so that every block starts on a register boundary
   // of each transcendental member's flat values (row r of a full member starts at r * n,
@@ -285,7 +288,7 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::
   for (const FusedInstr& ins : group.program)
     if (transcendental(ins.op)) unit = std::lcm(unit, ins.reduced ? w : w / std::gcd(n, w));
   const std::int64_t R = unit * std::max<std::int64_t>(1, block_values / (unit * n));
-  const std::int64_t blocks = (rows + R - 1) / R;
+  const std::int64_t blocks = (rows - begin + R - 1) / R;
   // Per-thread scratch: member k's block at off[k] (stored members and the root write their
   // own buffers instead), then the row offsets of the inputs read at no fixed step.
   std::vector<std::size_t> off(count, 0);
@@ -314,7 +317,7 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::
     std::vector<std::int64_t> idx(lr), cur(nq);
     std::vector<Rows> ins_rows(nin);
     for (std::int64_t blk = b; blk < e; ++blk) {
-      const std::int64_t r0 = blk * R, nr = std::min(R, rows - r0);
+      const std::int64_t r0 = begin + blk * R, nr = std::min(R, rows - r0);
       // The irregular inputs' row offsets: the multi-index of row r0, then an odometer.
       if (nq) {
         for (std::size_t d = 0; d < lr; ++d) idx[d] = r0 / natural[d] % group.lead[d];
@@ -501,11 +504,23 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
   return f;
 }
 
-void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored) {
+std::int64_t fused_extent(const FusedGroup& group, const View& out) {
+  if (group.flat) return out.numel();
+  std::int64_t rows = 1;
+  for (std::int64_t d : group.lead) rows *= d;
+  return rows;
+}
+
+void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
+               std::int64_t begin, std::int64_t end) {
   GG_CHECK(group.program.size() <= std::size_t(max_fused_members) && in.size() == group.inputs.size());
   GG_CHECK(stored.size() == group.stored.size());
-  if (group.flat) run_flat(group, in, out, stored);
-  else run_rows(group, in, out, stored);
+  const std::int64_t extent = fused_extent(group, out);
+  if (end < 0) end = extent;
+  GG_CHECK(0 <= begin && begin <= end && end <= extent && begin % std::int64_t(simd::width) == 0);
+  if (begin == end) return;
+  if (group.flat) run_flat(group, in, out, stored, begin, end);
+  else run_rows(group, in, out, stored, begin, end);
 }
 
 bool fuse_by_default() {

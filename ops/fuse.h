@@ -78,8 +78,15 @@ inline constexpr std::int64_t max_fused_row = 8192;
 Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept);
 
 // Runs a group: out = the root's value, stored: the stored members' values (in
-// group.stored order); in: the group's inputs, in group.inputs order.
-void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored = {});
+// group.stored order); in: the group's inputs, in group.inputs order. Only the part
+// [begin, end) of the group's extent (its rows, or its values for a flat group; end -1:
+// to the end) when given: the executor runs a batch slice of a group at a time that way
+// (begin must be a multiple of simd::width, which keeps every SIMD/scalar split).
+void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored = {},
+               std::int64_t begin = 0, std::int64_t end = -1);
+
+// The group's extent: its rows (prod(lead)), or its values for a flat group.
+std::int64_t fused_extent(const FusedGroup& group, const View& out);
 
 // The pass's switch for executors: false when the environment has GG_FUSE=0.
 bool fuse_by_default();
