@@ -1,7 +1,9 @@
 // The executor: compiles the part of a graph that the requested outputs need into a
 // plan (topological order, liveness, one arena whose size is known before the first
 // run) and runs it as a flat loop of kernel calls. Inputs are fed by name; parameters
-// come from a ParamStore and persist across runs.
+// come from a ParamStore and persist across runs. Planning passes, in order: simplify
+// and remat (graph to graph), fusion (groups of steps), batch-slice chains (runs of
+// steps executed slice-major), memory. Each can be switched off, and none changes a value.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +40,6 @@ struct ExecutorOptions {
   bool slice = slice_by_default();
 };
 
-
 class Executor {
  public:
   // Plans the nodes that `outputs` depend on (simplified first, unless options say no).
@@ -55,7 +56,7 @@ class Executor {
   // Node ids (of the graph given) in execution order: for a node the pass merged with
   // others, the first of them.
   const std::vector<NodeId>& order() const { return user_order_; }
-  // The graph that was planned: the simplified one, or the one given when the pass is off.
+  // The graph that was planned: after simplify and remat, or the one given when both are off.
   const Graph& planned_graph() const { return g_; }
   // The element-wise groups run as one step each (none when the pass is off), in ids of
   // planned_graph().
