@@ -54,10 +54,21 @@ public:
     // The token may be the whole offending text (a 7 KB string): keep only its start.
     if (last_token.size() > 40)
       if (auto p = what.find(last_token); p != std::string::npos) what.replace(p, last_token.size(), cut(last_token, 40));
+    // Control bytes and DEL written as \xNN: four bytes each, so the budget counts the
+    // escaped text (a run of DEL bytes made 960-byte lines; found by fuzz_json).
+    constexpr std::size_t budget = 240;
     std::string one_line;
-    for (char c : cut(what, 240)) {
-      auto u = static_cast<unsigned char>(c);
-      one_line += u < 0x20 || u == 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, c);
+    std::size_t used = 0;
+    for (; used < what.size(); ++used) {
+      auto u = static_cast<unsigned char>(what[used]);
+      const std::string piece = u < 0x20 || u == 0x7f ? fmt::format("\\x{:02x}", u) : std::string(1, what[used]);
+      if (one_line.size() + piece.size() > budget) break;
+      one_line += piece;
+    }
+    if (used < what.size()) {
+      while (!one_line.empty() && (static_cast<unsigned char>(one_line.back()) & 0xC0) == 0x80) one_line.pop_back();
+      if (!one_line.empty() && static_cast<unsigned char>(one_line.back()) >= 0xC0) one_line.pop_back();  // a split UTF-8 lead
+      one_line += fmt::format("... ({} bytes)", what.size());
     }
     syntax_error = one_line;
     return false;

@@ -79,7 +79,9 @@ TEST_CASE("json: syntax errors are one short line with line and column") {
   for (const std::string& text : {"{\"gelu\": \"" + big + "\n\"}",  // a raw newline inside a 5 MB string
                                   "{\"gelu\": " + big + "e999999}",  // a 5 MB number that overflows
                                   "{\"gelu\": " + big + "x}",        // a 5 MB invalid literal
-                                  "[\"\xff" + big + "\"]"}) {        // invalid UTF-8
+                                  "[\"\xff" + big + "\"]",          // invalid UTF-8
+                                  // DEL bytes in a key, each written \x7f (4 bytes): found by fuzz_json
+                                  "{\"" + std::string(116, '\x7f') + "\n\n"}) {
     const std::string msg = json_error(text);
     INFO(msg.substr(0, 500));
     CHECK(msg.rfind("c.json is not valid JSON: ", 0) == 0);
