@@ -277,14 +277,18 @@ int run_bench(const BenchCommand& a) {
     opt.step(pg, 1e-3, clip_scale(grad_norm(pg), 1.0));  // clipping folded into the update, as fit() does
   };
   for (int i = 0; i < a.warmup; ++i) step(nullptr);
+  // --steps timed steps: each step's ms, and its forward+backward ms.
+  auto timed_steps = [&](std::vector<double>& ms, std::vector<double>& fb) {
+    for (int i = 0; i < a.steps; ++i) {
+      double f = 0;
+      const auto t0 = clock_type::now();
+      step(&f);
+      ms.push_back(ms_since(t0));
+      fb.push_back(f);
+    }
+  };
   std::vector<double> ms, fb;
-  for (int i = 0; i < a.steps; ++i) {
-    double f = 0;
-    const auto t0 = clock_type::now();
-    step(&f);
-    ms.push_back(ms_since(t0));
-    fb.push_back(f);
-  }
+  timed_steps(ms, fb);
   const double step_ms = median(ms), fb_ms = median(fb);
   const double gflops = flops.total / (step_ms * 1e-3) * 1e-9;
   fmt::print("ms_per_step {:.3f} (median of {} steps after {} warm-up; min {:.3f}, max {:.3f}; forward+backward "
@@ -313,12 +317,8 @@ int run_bench(const BenchCommand& a) {
 
   if (a.compare_torch)
     compare_torch(a, T, step_ms, rss, [&] {
-      std::vector<double> again;
-      for (int i = 0; i < a.steps; ++i) {
-        const auto t0 = clock_type::now();
-        step(nullptr);
-        again.push_back(ms_since(t0));
-      }
+      std::vector<double> again, again_fb;
+      timed_steps(again, again_fb);
       return median(again);
     });
   return 0;

@@ -26,7 +26,6 @@ std::size_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : SIZE_MAX;
 }
-bool bound_leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k == OpKind::constant; }
 
 }  // namespace
 
@@ -71,16 +70,6 @@ bool slice_by_default() {
 }
 
 namespace {
-bool slice_elementwise(OpKind k) {
-  switch (k) {
-    case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
-    case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh: case OpKind::erf:
-    case OpKind::compare: case OpKind::where:
-      return true;
-    default:
-      return false;
-  }
-}
 bool starts_with(const Shape& s, const Shape& lead) {
   return s.size() > lead.size() && std::equal(lead.begin(), lead.end(), s.begin());
 }
@@ -115,7 +104,7 @@ void Executor::plan_slices() {
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const NodeId id = order_[s];
     const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
-    if (bound_leaf(g_.node(id).op) || (gi >= 0 && fusion_.groups[std::size_t(gi)].root != id)) continue;
+    if (op_bound_leaf(g_.node(id).op) || (gi >= 0 && fusion_.groups[std::size_t(gi)].root != id)) continue;
     pos.push_back(s);
   }
   std::vector<char> inside(std::size_t(g_.size()), 0);
@@ -150,7 +139,7 @@ void Executor::plan_slices() {
         if (g_.node(in).shape.size() != L.size() + 2 || !starts_with(g_.node(in).shape, L)) return false;
       return n.shape.size() == L.size() + 2;
     }
-    if (slice_elementwise(n.op)) return (numel(n.shape) / C) % W == 0;
+    if (op_elementwise(n.op)) return (numel(n.shape) / C) % W == 0;
     if (n.op == OpKind::sum || n.op == OpKind::max) return n.attrs.axis >= std::int64_t(L.size());
     if (n.op == OpKind::reshape) return starts_with(g_.node(n.inputs[0]).shape, L);
     return false;
@@ -172,7 +161,6 @@ void Executor::plan_slices() {
       mark(order_[pos[j]]);
       if (g_.node(order_[pos[j]]).op != OpKind::reshape) ++compute;
     }
-    for (std::size_t q = k; q < j; ++q) inside[std::size_t(order_[pos[q]])] = 0;
     std::fill(inside.begin(), inside.end(), 0);
     if (compute >= 2) {
       SliceChain c;
@@ -255,7 +243,7 @@ void Executor::run_chain(const SliceChain& c) {
           ins.push_back(View{static_cast<char*>(st.in[j].data) + off * 4, &ss.in_shape[j], st.in[j].dtype});
         }
         const View out{static_cast<char*>(st.out.data) + i * ss.out_elems * 4, &ss.out_shape, st.out.dtype};
-        st.kernel(KernelArgs{g_.node(st.id), ins, out, const_cast<std::mt19937_64*>(&rng_)});
+        st.kernel(KernelArgs{g_.node(st.id), ins, out, &rng_});
       }
     }
   });
@@ -266,7 +254,7 @@ void Executor::run_chain(const SliceChain& c) {
 void Executor::make_steps() {
   for (NodeId id : order_) {
     const Node& n = g_.node(id);
-    if (bound_leaf(n.op)) continue;
+    if (op_bound_leaf(n.op)) continue;
     const int group = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
     if (group >= 0 && fusion_.groups[std::size_t(group)].root != id) continue;  // inside its group's step
     Step st{id, group >= 0 ? nullptr : op_rule(n.op).kernel, group, {}, views_[std::size_t(id)], {}, {}};
@@ -406,7 +394,7 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   std::size_t expired_to = 0;  // buckets below this step are released
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const Node& n = g.node(order_[s]);
-    if (bound_leaf(n.op) || root[std::size_t(order_[s])] != order_[s] || interior(order_[s])) continue;
+    if (op_bound_leaf(n.op) || root[std::size_t(order_[s])] != order_[s] || interior(order_[s])) continue;
     for (; expired_to < s; ++expired_to)
       for (std::size_t off : expiring[expired_to]) release(off);
     const std::size_t size = round64(std::size_t(numel(n.shape)) * 4);
@@ -554,7 +542,8 @@ void Executor::run() {
   for (std::size_t t = 0; t < steps_.size(); ++t) {
     if (!chain_at_.empty() && chain_at_[t] >= 0 && !detect_anomaly_) {
       const SliceChain& c = chains_[std::size_t(chain_at_[t])];
-      const auto t0 = std::chrono::steady_clock::now();
+      std::chrono::steady_clock::time_point t0{};
+      if (profile_) t0 = std::chrono::steady_clock::now();
       run_chain(c);
       if (profile_) {
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -31,22 +31,13 @@ namespace {
 constexpr std::int64_t tile = 512;         // flat groups: values per member buffer (L1-sized)
 constexpr std::int64_t block_values = 1024;  // row groups: about this many values per full member buffer
 
-bool elementwise_op(OpKind k) {
-  switch (k) {
-    case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
-    case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh: case OpKind::erf:
-      return true;
-    default:
-      return false;
-  }
-}
 bool transcendental(OpKind k) { return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf; }
 
 // A flat member: an element-wise f32 node of more than one value whose operands are all of
 // its shape or of one value.
 bool flat_fusible(const Graph& g, NodeId id) {
   const Node& n = g.node(id);
-  if (!elementwise_op(n.op) || n.dtype != DType::f32 || numel(n.shape) <= 1) return false;
+  if (!op_arithmetic(n.op) || n.dtype != DType::f32 || numel(n.shape) <= 1) return false;
   for (NodeId in : n.inputs) {
     const Node& x = g.node(in);
     if (x.dtype != DType::f32 || (x.shape != n.shape && numel(x.shape) != 1)) return false;
@@ -78,7 +69,7 @@ Fit row_fit(const Graph& g, NodeId id) {
       f.n = last == 1 ? -1 : last;
       break;
     default:
-      if (!elementwise_op(nd.op)) return f;
+      if (!op_arithmetic(nd.op)) return f;
       f.n = last == 1 ? -1 : last;
   }
   f.ok = f.n <= max_fused_row;

@@ -32,6 +32,18 @@ static_assert(sizeof(op_table) / sizeof(op_table[0]) == op_count);
 
 const char* op_name(OpKind k) { return op_table[int(k)].name; }
 int op_arity(OpKind k) { return op_table[int(k)].arity; }
+
+bool op_arithmetic(OpKind k) {
+  switch (k) {
+    case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
+    case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh: case OpKind::erf:
+      return true;
+    default:
+      return false;
+  }
+}
+bool op_elementwise(OpKind k) { return op_arithmetic(k) || k == OpKind::compare || k == OpKind::where; }
+bool op_bound_leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k == OpKind::constant; }
 const OpRule& op_rule(OpKind k) { return *op_table[int(k)].rule; }
 
 const char* cmp_name(Cmp c) {

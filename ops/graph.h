@@ -32,6 +32,14 @@ inline constexpr int op_count = 0
 
 const char* op_name(OpKind k);
 int op_arity(OpKind k);  // -1: any number of inputs
+// The element-wise primitives: each output value depends only on the operands' values at
+// the same (broadcast) position. op_elementwise: add, sub, mul, div, maximum, neg, exp, log,
+// sqrt, tanh, erf, compare and where; op_arithmetic: the same but compare and where.
+bool op_elementwise(OpKind k);
+bool op_arithmetic(OpKind k);
+// Leaves whose value exists before any step runs: input, param and constant (not random,
+// which is drawn by a step of its own).
+bool op_bound_leaf(OpKind k);
 
 using NodeId = std::int32_t;
 

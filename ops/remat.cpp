@@ -17,19 +17,6 @@
 namespace gg {
 namespace {
 
-bool elementwise(OpKind k) {
-  switch (k) {
-    case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
-    case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh: case OpKind::erf:
-    case OpKind::where: case OpKind::compare:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k == OpKind::constant; }
-
 struct Planner {
   const Graph& g;
   const RematOptions& o;
@@ -58,7 +45,7 @@ struct Planner {
 
   bool copyable(NodeId v) const {
     const Node& n = g.node(v);
-    return elementwise(n.op) && n.dtype == DType::f32 && !kept[std::size_t(v)];
+    return op_elementwise(n.op) && n.dtype == DType::f32 && !kept[std::size_t(v)];
   }
 
   // Whether u's value can be had at position p: it is a leaf, its original is still
@@ -66,7 +53,7 @@ struct Planner {
   // are appended to `need` (not yet committed).
   bool available(NodeId u, NodeId p, int depth, std::vector<NodeId>& need) const {
     const Node& n = g.node(u);
-    if (leaf(n.op)) return true;
+    if (op_bound_leaf(n.op)) return true;
     if (!remat[std::size_t(u)] && last_use[std::size_t(u)] >= p) return true;
     if (place[std::size_t(u)] >= 0 && place[std::size_t(u)] <= p) return true;  // a copy is there already
     if (std::find(need.begin(), need.end(), u) != need.end()) return true;

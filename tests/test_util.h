@@ -1,9 +1,11 @@
 // Helpers shared by the test executables: scratch directories, whole-file reads and the
-// path of a golden file. Header-only; every test executable may include it.
+// path of a golden file, repeatable wave data. Header-only; every test executable may include it.
 #pragma once
 
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -11,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #ifndef GG_SOURCE_DIR
 #define GG_SOURCE_DIR "."
@@ -47,6 +50,13 @@ inline std::string read_all(const std::string& path) {
 inline std::string golden(const std::string& file) { return std::string(GG_SOURCE_DIR) + "/tests/golden/" + file; }
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// n values of scale * sin(step * i + salt): varied, repeatable test data.
+inline std::vector<float> wave(std::int64_t n, float scale, int salt, double step) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = scale * float(std::sin(step * double(i) + salt));
+  return v;
+}
 
 // The message of the E that `f()` throws, or "" when it throws none (a check on the
 // message then fails, naming what was expected).

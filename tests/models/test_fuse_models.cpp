@@ -17,6 +17,7 @@
 #include "models/gpt.h"
 #include "ops/parallel.h"
 #include "tests/models/gpt_case.h"
+#include "tests/test_util.h"
 
 using namespace gg;
 
@@ -57,11 +58,6 @@ void check_convex(const Graph& g, const Fusion& f) {
 
 namespace {
 
-std::vector<float> wave(std::int64_t n, float scale, int salt) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = scale * float(std::sin(0.61 * double(i) + salt));
-  return v;
-}
 
 struct FusedRuns {
   std::size_t largest = 0;         // members of the fused plan's largest group
@@ -76,7 +72,7 @@ FusedRuns same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
   ParamStore ps;
   int salt = 0;
   for (const Node& n : g.nodes())
-    if (n.op == OpKind::param) ps.set(n.name, Tensor::f32(n.shape, wave(numel(n.shape), 2.f, ++salt)));
+    if (n.op == OpKind::param) ps.set(n.name, Tensor::f32(n.shape, test::wave(numel(n.shape), 2.f, ++salt, 0.61)));
   std::vector<Tensor> want;
   FusedRuns r;
   const int before = num_threads();
@@ -148,7 +144,7 @@ TEST_CASE("fuse: layer_norm, softmax, log_softmax and cross_entropy, forward and
       Tensor targets({3, 5}, DType::i32);
       for (std::int64_t i = 0; i < 15; ++i) targets.i()[i] = std::int32_t((i * 5 + 2) % n);
       const FusedRuns runs = same_fused_and_not(
-          g, outs, {{"r", Tensor::f32({3, 5, n}, wave(15 * n, 1.f, 9))}, {"targets", targets}});
+          g, outs, {{"r", Tensor::f32({3, 5, n}, test::wave(15 * n, 1.f, 9, 0.61))}, {"targets", targets}});
       CHECK(runs.largest >= 4);  // a row statistic and its uses in one group
       CHECK(runs.stored > 0);    // the forward values the gradient reads are stored members
     }

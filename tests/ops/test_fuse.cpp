@@ -14,16 +14,12 @@
 #include "ops/executor.h"
 #include "ops/fuse.h"
 #include "ops/parallel.h"
+#include "tests/test_util.h"
 
 using namespace gg;
 
 namespace {
 
-std::vector<float> values(std::int64_t n, float scale, int salt) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = scale * float(std::sin(0.73 * double(i) + salt));
-  return v;
-}
 
 // Runs outs with fusion off and on (threads: 1 and 2); all four runs must agree bit for bit.
 // Returns the fused plan's arena bytes and the unfused one's.
@@ -161,7 +157,8 @@ TEST_CASE("fuse: fused plans give the unfused values bit for bit on awkward size
                           op::add(g, op::scalar(g, 1.f), op::erf(g, op::div(g, x, op::scalar(g, 1.4142135f)))));
     NodeId z = op::sub(g, op::exp(g, op::tanh(g, gelu)), op::sqrt(g, op::add(g, op::mul(g, y, y), s)));
     NodeId out = op::maximum(g, op::log(g, op::add(g, op::exp(g, z), op::scalar(g, 1e-3f))), op::neg(g, y));
-    auto [fused, plain] = same_fused_and_not(g, {out, gelu}, {{"x", values(n, 3.f, 0)}, {"y", values(n, 2.f, 1)}});
+    auto [fused, plain] =
+        same_fused_and_not(g, {out, gelu}, {{"x", test::wave(n, 3.f, 0, 0.73)}, {"y", test::wave(n, 2.f, 1, 0.73)}});
     if (n >= 1000) CHECK(fused < plain);
   }
 }
@@ -206,8 +203,12 @@ TEST_CASE("fuse: row groups give the unfused values bit for bit: every op and br
       CHECK(f.groups[2].members.size() == 2);
       const std::int64_t N = 2 * 3 * 5 * n;
       same_fused_and_not(g, {out, rowsum},
-                         {{"x", values(N, 3.f, 0)}, {"y", values(N, 2.f, 1)}, {"w", values(n, 1.5f, 2)},
-                          {"stat", values(30, 1.f, 3)}, {"mask", values(5 * n, 1.f, 4)}, {"bmask", values(2 * n, 1.f, 5)}});
+                         {{"x", test::wave(N, 3.f, 0, 0.73)},
+                          {"y", test::wave(N, 2.f, 1, 0.73)},
+                          {"w", test::wave(n, 1.5f, 2, 0.73)},
+                          {"stat", test::wave(30, 1.f, 3, 0.73)},
+                          {"mask", test::wave(5 * n, 1.f, 4, 0.73)},
+                          {"bmask", test::wave(2 * n, 1.f, 5, 0.73)}});
     }
   }
 }
@@ -246,7 +247,7 @@ TEST_CASE("fuse: groups are convex and store one value: no path leaves a group a
           CHECK(id > f.groups[gi].root);
         }
   }
-  same_fused_and_not(g, {q}, {{"x", values(60, 2.f, 0)}, {"k", values(100, 0.3f, 1)}});
+  same_fused_and_not(g, {q}, {{"x", test::wave(60, 2.f, 0, 0.73)}, {"k", test::wave(100, 0.3f, 1, 0.73)}});
 }
 
 TEST_CASE("fuse: a group's inputs live until its root runs, however early their member reader sits") {
@@ -261,7 +262,7 @@ TEST_CASE("fuse: a group's inputs live until its root runs, however early their 
   REQUIRE(f.groups.size() == 1);
   CHECK(f.groups[0].members == std::vector<NodeId>{m, g.node(root).inputs[1], root});
   // Were t freed after m's place in the order, u would take its buffer before the group runs.
-  same_fused_and_not(g, {root}, {{"x", values(8 * 64, 1.f, 0)}, {"k", values(64 * 64, 0.2f, 1)}});
+  same_fused_and_not(g, {root}, {{"x", test::wave(8 * 64, 1.f, 0, 0.73)}, {"k", test::wave(64 * 64, 0.2f, 1, 0.73)}});
 }
 
 TEST_CASE("fuse: a member read after its group's root is stored too; one read before the root ends the group") {
@@ -280,7 +281,7 @@ TEST_CASE("fuse: a member read after its group's root is stored too; one read be
   CHECK(f.groups[0].stored == std::vector<NodeId>{m, e});
   CHECK(f.groups[0].program[0].stored);
   CHECK(!f.groups[0].program[1].stored);
-  same_fused_and_not(g, {p, back}, {{"x", values(120, 3.f, 0)}, {"k", values(400, 0.5f, 1)}});
+  same_fused_and_not(g, {p, back}, {{"x", test::wave(120, 3.f, 0, 0.73)}, {"k", test::wave(400, 0.5f, 1, 0.73)}});
   // Read before the root (the matmul comes first in the order): e cannot join p's group.
   Graph h;
   NodeId hx = op::input(h, "x", {6, 20});

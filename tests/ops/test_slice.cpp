@@ -10,16 +10,12 @@
 #include "ops/build.h"
 #include "ops/executor.h"
 #include "ops/parallel.h"
+#include "tests/test_util.h"
 
 using namespace gg;
 
 namespace {
 
-std::vector<float> wave(std::int64_t n, float scale, int salt) {
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) v[std::size_t(i)] = scale * float(std::sin(0.37 * double(i) + salt));
-  return v;
-}
 
 struct Attention {
   Graph g;
@@ -44,9 +40,9 @@ void build(Attention& a, std::int64_t B, std::int64_t H, std::int64_t T, std::in
 }
 
 void feed(Executor& ex, std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t hs) {
-  ex.set_input("q", std::span<const float>(wave(B * H * T * hs, 1.f, 1)));
-  ex.set_input("k", std::span<const float>(wave(B * H * T * hs, 1.f, 2)));
-  ex.set_input("v", std::span<const float>(wave(B * H * T * hs, 1.f, 3)));
+  ex.set_input("q", std::span<const float>(test::wave(B * H * T * hs, 1.f, 1, 0.37)));
+  ex.set_input("k", std::span<const float>(test::wave(B * H * T * hs, 1.f, 2, 0.37)));
+  ex.set_input("v", std::span<const float>(test::wave(B * H * T * hs, 1.f, 3, 0.37)));
   std::vector<float> causal(std::size_t(T * T)), pad(std::size_t(B * T));
   for (std::int64_t i = 0; i < T; ++i)
     for (std::int64_t j = 0; j < T; ++j) causal[std::size_t(i * T + j)] = j <= i ? 1.f : 0.f;
@@ -105,7 +101,7 @@ TEST_CASE("slice: a chain's dead intermediates do not share buffers inside the c
   for (bool slice : {false, true}) {
     Executor ex(g, {y}, ps, 0, {.fuse = false, .slice = slice});
     CHECK(ex.slice_chains() == (slice ? 1u : 0u));
-    ex.set_input("x", std::span<const float>(wave(B * T * hs, 1.f, 7)));
+    ex.set_input("x", std::span<const float>(test::wave(B * T * hs, 1.f, 7, 0.37)));
     ex.run();
     const std::vector<float> got = ex.get(y).to_vector();
     if (want.empty()) want = got;
