@@ -704,8 +704,13 @@ std::string Executor::profile_steps_report(int top) const {
     const double ms = step_seconds_[idx[r]] / runs * 1e3;
     std::string ins;
     for (NodeId in : reads(st)) ins += (ins.empty() ? "" : ", ") + to_string(g_.node(in).shape);
-    std::string what = st.group >= 0 ? fmt::format("fused x{}", fusion_.groups[std::size_t(st.group)].members.size())
-                                     : std::string(op_name(n.op));
+    std::string what = std::string(op_name(n.op));
+    if (st.group >= 0) {  // fused xN [member ops, in order; '+' marks a reduced (per-row) member]
+      const FusedGroup& fg = fusion_.groups[std::size_t(st.group)];
+      std::string ops;
+      for (const FusedInstr& in : fg.program) ops += fmt::format("{}{}{}", ops.empty() ? "" : " ", op_name(in.op), in.reduced ? "+" : "");
+      what = fmt::format("fused x{} [{}]", fg.members.size(), ops);
+    }
     if (!chain_at_.empty() && chain_at_[idx[r]] >= 0) {
       const SliceChain& c = chains_[std::size_t(chain_at_[idx[r]])];
       what = fmt::format("sliced chain of {} steps over {} slices, from {}", c.last - c.first + 1, c.slices, what);

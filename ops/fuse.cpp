@@ -148,46 +148,23 @@ void run_instr(OpKind op, std::int64_t len, float* dst, Operand x, Operand y) {
   }
 }
 
-// Calls f with std::true_type / std::false_type for each flag, so that a row loop is
-// compiled once per operand form (a broadcast value or a row) and vectorizes.
-template <class F>
-void with_flags(bool a, bool b, F f) {
-  if (a) {
-    if (b) f(std::true_type{}, std::true_type{});
-    else f(std::true_type{}, std::false_type{});
-  } else {
-    if (b) f(std::false_type{}, std::true_type{});
-    else f(std::false_type{}, std::false_type{});
-  }
-}
-
-// d = [x cmp y] over one row: 1 or 0, as compare's kernel.
+// d = [x cmp y] over one row: 1 or 0, as compare's kernel (the same fn::compare, in
+// registers).
 void compare_row(Cmp c, std::int64_t len, float* d, Operand x, Operand y) {
-  auto rel = [&](auto r) {
-    with_flags(x.one, y.one, [&](auto x1, auto y1) {
-      for (std::int64_t v = 0; v < len; ++v) d[v] = r(x.p[x1 ? 0 : v], y.p[y1 ? 0 : v]) ? 1.f : 0.f;
-    });
-  };
   switch (c) {
-    case Cmp::lt: return rel([](float u, float v) { return u < v; });
-    case Cmp::le: return rel([](float u, float v) { return u <= v; });
-    case Cmp::gt: return rel([](float u, float v) { return u > v; });
-    case Cmp::ge: return rel([](float u, float v) { return u >= v; });
-    case Cmp::eq: return rel([](float u, float v) { return u == v; });
-    case Cmp::ne: return rel([](float u, float v) { return u != v; });
+    case Cmp::lt: return run_binary(fn::compare<0>{}, len, d, x, y);
+    case Cmp::le: return run_binary(fn::compare<1>{}, len, d, x, y);
+    case Cmp::gt: return run_binary(fn::compare<2>{}, len, d, x, y);
+    case Cmp::ge: return run_binary(fn::compare<3>{}, len, d, x, y);
+    case Cmp::eq: return run_binary(fn::compare<4>{}, len, d, x, y);
+    case Cmp::ne: return run_binary(fn::compare<5>{}, len, d, x, y);
   }
 }
 
-// d = c != 0 ? x : y over one row, as where's kernel.
+// d = c != 0 ? x : y over one row, as where's kernel: a selection in registers (a
+// branch per value here mispredicted on every causal mask row).
 void where_row(std::int64_t len, float* d, Operand c, Operand x, Operand y) {
-  with_flags(x.one, y.one, [&](auto x1, auto y1) {
-    if (c.one) {
-      const bool pick = *c.p != 0.f;
-      for (std::int64_t v = 0; v < len; ++v) d[v] = pick ? x.p[x1 ? 0 : v] : y.p[y1 ? 0 : v];
-    } else {
-      for (std::int64_t v = 0; v < len; ++v) d[v] = c.p[v] != 0.f ? x.p[x1 ? 0 : v] : y.p[y1 ? 0 : v];
-    }
-  });
+  simd::zip3(std::size_t(len), d, c.p, c.one ? 0 : 1, x.p, x.one ? 0 : 1, y.p, y.one ? 0 : 1, fn::where{});
 }
 
 // Per member: where its whole value goes, if stored (the root's output, a stored member's
