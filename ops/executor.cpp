@@ -705,12 +705,8 @@ std::string Executor::profile_steps_report(int top) const {
     std::string ins;
     for (NodeId in : reads(st)) ins += (ins.empty() ? "" : ", ") + to_string(g_.node(in).shape);
     std::string what = std::string(op_name(n.op));
-    if (st.group >= 0) {  // fused xN [member ops, in order; '+' marks a reduced (per-row) member]
-      const FusedGroup& fg = fusion_.groups[std::size_t(st.group)];
-      std::string ops;
-      for (const FusedInstr& in : fg.program) ops += fmt::format("{}{}{}", ops.empty() ? "" : " ", op_name(in.op), in.reduced ? "+" : "");
-      what = fmt::format("fused x{} [{}]", fg.members.size(), ops);
-    }
+    if (st.group >= 0)
+      what = fmt::format("fused x{} [{}]", fusion_.groups[std::size_t(st.group)].members.size(), group_ops(st.group));
     if (!chain_at_.empty() && chain_at_[idx[r]] >= 0) {
       const SliceChain& c = chains_[std::size_t(chain_at_[idx[r]])];
       what = fmt::format("sliced chain of {} steps over {} slices, from {}", c.last - c.first + 1, c.slices, what);
