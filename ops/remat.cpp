@@ -25,7 +25,8 @@ struct Planner {
   std::vector<NodeId> last_use;    // INT_MAX when kept
   std::vector<NodeId> first_late;  // per remat node: its first late reader
   std::vector<char> remat;         // late readers read the copy
-  std::vector<NodeId> place;       // per copied node: the node its copy is emitted before, or -1
+  std::vector<char> per_reader;    // per remat node: a copy before each late reader (else one, shared)
+  std::vector<std::vector<NodeId>> places;  // per copied node: the nodes its copies are emitted before
 
   Planner(const Graph& graph, const RematOptions& options) : g(graph), o(options) {
     const std::size_t N = std::size_t(g.size());
@@ -40,7 +41,8 @@ struct Planner {
     last_use.assign(N, 0);
     first_late.assign(N, -1);
     remat.assign(N, 0);
-    place.assign(N, -1);
+    per_reader.assign(N, 0);
+    places.resize(N);
   }
 
   bool copyable(NodeId v) const {
@@ -48,20 +50,73 @@ struct Planner {
     return op_elementwise(n.op) && n.dtype == DType::f32 && !kept[std::size_t(v)];
   }
 
+  // A copy of u emitted before p.
+  struct Need {
+    NodeId u, p;
+  };
+  // An original whose last reader is moved from its last_use to p.
+  struct Extend {
+    NodeId u, p;
+  };
+
   // Whether u's value can be had at position p: it is a leaf, its original is still
-  // alive there (and not handed over to a copy), or it can be copied there. Copies needed
-  // are appended to `need` (not yet committed).
-  bool available(NodeId u, NodeId p, int depth, std::vector<NodeId>& need) const {
+  // alive there (and not handed over to a copy), or only just dead (it is then kept alive
+  // a few nodes longer, up to RematOptions::extend), or a copy is there, or it can be copied
+  // there. Copies and extensions needed are appended to `need` and `extend` (not yet
+  // committed).
+  bool available(NodeId u, NodeId p, int depth, std::vector<Need>& need, std::vector<Extend>& extend) const {
     const Node& n = g.node(u);
     if (op_bound_leaf(n.op)) return true;
-    if (!remat[std::size_t(u)] && last_use[std::size_t(u)] >= p) return true;
-    if (place[std::size_t(u)] >= 0 && place[std::size_t(u)] <= p) return true;  // a copy is there already
-    if (std::find(need.begin(), need.end(), u) != need.end()) return true;
+    const NodeId last = last_use[std::size_t(u)];
+    if (!remat[std::size_t(u)] && last >= p) return true;
+    if (!remat[std::size_t(u)] && p - last <= o.extend) {
+      extend.push_back({u, p});
+      return true;
+    }
+    const auto& pl = places[std::size_t(u)];
+    if (std::find(pl.begin(), pl.end(), p) != pl.end()) return true;            // a copy right there
+    if (!per_reader[std::size_t(u)] && !pl.empty() && pl.front() <= p) return true;  // a shared copy, alive from before p
+    for (const Need& q : need)
+      if (q.u == u && q.p == p) return true;
     if (depth >= o.max_depth || !copyable(u)) return false;
     for (NodeId in : n.inputs)
-      if (!available(in, p, depth + 1, need)) return false;
-    need.push_back(u);
+      if (!available(in, p, depth + 1, need, extend)) return false;
+    need.push_back({u, p});
     return true;
+  }
+
+  // Whether v's copy may be made before each of its late readers instead of once: every
+  // late reader is element-wise (the copy runs inside its fused group, never stored), v's
+  // inputs are there at every late reader without other copies, and at most one of them is
+  // as large as v (a copy per reader then reads no more than the shared copy's readers
+  // would, and writes nothing).
+  bool cheap_per_reader(NodeId v, std::size_t split, std::vector<Extend>& extend) const {
+    const Node& n = g.node(v);
+    int full = 0;
+    for (NodeId in : n.inputs) full += numel(g.node(in).shape) == numel(n.shape) && !op_bound_leaf(g.node(in).op);
+    if (full > 1) return false;
+    const auto& rd = readers[std::size_t(v)];
+    for (std::size_t i = split; i < rd.size(); ++i) {
+      if (!op_elementwise(g.node(rd[i]).op)) return false;  // a copy it would read from memory anyway
+      std::vector<Need> need;
+      for (NodeId in : n.inputs)
+        if (!available(in, rd[i], 1, need, extend) || !need.empty()) return false;
+    }
+    return true;
+  }
+
+  void commit(const std::vector<Need>& need, const std::vector<Extend>& extend) {
+    for (const Extend& x : extend) last_use[std::size_t(x.u)] = std::max(last_use[std::size_t(x.u)], x.p);
+    for (const Need& q : need) add_place(q.u, q.p);
+  }
+  void add_place(NodeId u, NodeId p) {
+    auto& pl = places[std::size_t(u)];
+    if (!per_reader[std::size_t(u)]) {  // one shared copy, at the earliest place
+      if (pl.empty()) pl.push_back(p);
+      else pl[0] = std::min(pl[0], p);
+    } else if (std::find(pl.begin(), pl.end(), p) == pl.end()) {
+      pl.insert(std::upper_bound(pl.begin(), pl.end(), p), p);
+    }
   }
 
   void plan(const std::vector<NodeId>& roots) {
@@ -86,14 +141,24 @@ struct Planner {
       }
       if (split == rd.size() || widest < o.min_gap) continue;
       const NodeId p = rd[split];
-      std::vector<NodeId> need;
-      bool ok = true;
-      for (NodeId in : g.node(v).inputs) ok = ok && available(in, p, 1, need);
-      if (!ok) continue;
-      for (NodeId u : need) place[std::size_t(u)] = place[std::size_t(u)] < 0 ? p : std::min(place[std::size_t(u)], p);
-      remat[std::size_t(v)] = 1;
-      first_late[std::size_t(v)] = p;
-      place[std::size_t(v)] = place[std::size_t(v)] < 0 ? p : std::min(place[std::size_t(v)], p);
+      std::vector<Extend> extend;
+      if (cheap_per_reader(v, split, extend)) {
+        commit({}, extend);
+        remat[std::size_t(v)] = 1;
+        per_reader[std::size_t(v)] = 1;
+        first_late[std::size_t(v)] = p;
+        for (std::size_t i = split; i < rd.size(); ++i) add_place(v, rd[i]);
+      } else {
+        std::vector<Need> need;
+        extend.clear();
+        bool ok = true;
+        for (NodeId in : g.node(v).inputs) ok = ok && available(in, p, 1, need, extend);
+        if (!ok) continue;
+        commit(need, extend);
+        remat[std::size_t(v)] = 1;
+        first_late[std::size_t(v)] = p;
+        add_place(v, p);
+      }
       last_use[std::size_t(v)] = split > 0 ? rd[split - 1] : v;  // the original now dies after its early readers
     }
   }
@@ -115,8 +180,8 @@ Rematerialized rematerialize(const Graph& g, const std::vector<NodeId>& roots, c
 
   const std::size_t N = std::size_t(g.size());
   std::vector<std::vector<NodeId>> before(N);  // per node: the copies emitted right before it
-  for (NodeId v = 0; v < g.size(); ++v)
-    if (pl.place[std::size_t(v)] >= 0) before[std::size_t(pl.place[std::size_t(v)])].push_back(v);
+  for (NodeId v = 0; v < g.size(); ++v)  // increasing v: each list in increasing ids
+    for (NodeId p : pl.places[std::size_t(v)]) before[std::size_t(p)].push_back(v);
 
   Rematerialized r;
   r.map.assign(N, -1);

@@ -31,6 +31,9 @@ struct RematOptions {
   int max_depth = 4;
   // Readers this many nodes or more after the previous reader (or the node) are "late".
   std::int64_t min_gap = 16;
+  // A value last read at most this many nodes before a copy needs it is kept alive until
+  // then (GELU's x, last read just before the backward's x / sqrt 2 is recomputed).
+  std::int64_t extend = 8;
 };
 
 struct RematStats {

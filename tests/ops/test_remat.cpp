@@ -108,6 +108,59 @@ TEST_CASE("remat: a chain is copied back to values that are still alive, and an 
   CHECK(run(g2, {o2}, false).values == run(g2, {o2}, true).values);
 }
 
+TEST_CASE("remat: a cheap value read late by element-wise readers far apart gets a copy before each") {
+  Graph g;
+  NodeId x = op::input(g, "x", {kN});
+  NodeId keep = op::exp(g, x);                      // an output: alive to the end
+  NodeId v = op::mul(g, keep, op::scalar(g, 2.f));  // one full-size input, alive at every reader
+  NodeId mid = filler(g, op::sqrt(g, op::mul(g, v, v)), 20);
+  NodeId late1 = op::add(g, mid, v);
+  NodeId late2 = op::mul(g, filler(g, late1, 20), v);
+  NodeId out = op::add(g, late2, keep);
+  Rematerialized r = rematerialize(g, {out, keep});
+  CHECK(r.stats.copied == 2);
+  const Graph& h = r.graph;
+  const NodeId l1 = r.map[std::size_t(late1)], l2 = r.map[std::size_t(late2)];
+  const NodeId c1 = h.node(l1).inputs[1], c2 = h.node(l2).inputs[1];
+  CHECK(c1 == l1 - 1);  // each emitted right before its reader: fused into the reader's group,
+  CHECK(c2 == l2 - 1);  // never stored
+  CHECK(c1 != c2);
+  CHECK(h.node(c2).inputs[0] == r.map[std::size_t(keep)]);
+  CHECK(run(g, {out, keep}, false).values == run(g, {out, keep}, true).values);
+}
+
+TEST_CASE("remat: late readers share one copy when one of them is not element-wise") {
+  Graph g;
+  NodeId x = op::input(g, "x", {kN});
+  NodeId keep = op::exp(g, x);
+  NodeId v = op::mul(g, keep, op::scalar(g, 2.f));
+  NodeId mid = filler(g, op::sqrt(g, op::mul(g, v, v)), 20);
+  NodeId total = op::sum(g, v, 0);  // a reduction reads the copy from memory: it is stored once
+  NodeId late2 = op::mul(g, filler(g, op::add(g, mid, total), 20), v);
+  NodeId out = op::add(g, late2, keep);
+  Rematerialized r = rematerialize(g, {out, keep});
+  CHECK(r.stats.copied == 1);
+  const Graph& h = r.graph;
+  CHECK(h.node(r.map[std::size_t(total)]).inputs[0] == h.node(r.map[std::size_t(late2)]).inputs[1]);
+  CHECK(run(g, {out, keep}, false).values == run(g, {out, keep}, true).values);
+}
+
+TEST_CASE("remat: a value last read a few nodes before a copy needs it is kept alive for the copy") {
+  Graph g;
+  NodeId x = op::input(g, "x", {64, kN / 64});
+  NodeId h = op::permute(g, x, {1, 0});         // not element-wise: never recomputed
+  NodeId u = op::mul(g, h, op::scalar(g, 2.f));  // read early and late
+  NodeId mid = filler(g, op::exp(g, u), 20);
+  NodeId last_h = op::add(g, mid, h);            // h's last reader
+  NodeId late_u = op::mul(g, op::neg(g, last_h), u);  // two nodes on
+  Rematerialized r = rematerialize(g, {late_u});
+  CHECK(r.stats.copied == 1);
+  const NodeId copy = r.graph.node(r.map[std::size_t(late_u)]).inputs[1];
+  CHECK(r.graph.node(copy).inputs[0] == r.map[std::size_t(h)]);  // reads h, kept alive until then
+  CHECK(rematerialize(g, {late_u}, {.extend = 0}).stats.copied == 0);
+  CHECK(run(g, {late_u}, false).values == run(g, {late_u}, true).values);
+}
+
 TEST_CASE("remat: never copies kept or checked values, small values, matmuls or chains too deep") {
   SUBCASE("a root or a checked node keeps its value") {
     Graph g;
