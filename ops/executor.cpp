@@ -150,6 +150,7 @@ void Executor::plan_slices() {
     if (gi >= 0)
       for (NodeId m : fusion_.groups[std::size_t(gi)].stored) inside[std::size_t(m)] = 1;
   };
+  bool reordered = false;
   for (std::size_t k = 0; k < pos.size(); ++k) {
     const Node& n = g_.node(order_[pos[k]]);
     const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(order_[pos[k]])];
@@ -157,7 +158,20 @@ void Executor::plan_slices() {
     const Shape L(n.shape.begin(), n.shape.end() - 2);
     if (numel(L) < 2 || !sliceable(order_[pos[k]], L)) continue;
     std::size_t j = k, compute = 0;
-    for (; j < pos.size() && sliceable(order_[pos[j]], L); ++j) {
+    for (; j < pos.size(); ++j) {
+      if (j > k && g_.node(order_[pos[j]]).op == OpKind::random) {
+        // A draw (a dropout mask) reads nothing: it moves to just before the chain, so that
+        // it does not cut it. Draws keep their order among themselves, and so the numbers.
+        std::rotate(order_.begin() + std::ptrdiff_t(pos[k]), order_.begin() + std::ptrdiff_t(pos[j]),
+                    order_.begin() + std::ptrdiff_t(pos[j]) + 1);
+        std::rotate(user_order_.begin() + std::ptrdiff_t(pos[k]), user_order_.begin() + std::ptrdiff_t(pos[j]),
+                    user_order_.begin() + std::ptrdiff_t(pos[j]) + 1);
+        for (std::size_t q = j; q > k; --q) pos[q] = pos[q - 1] + 1;
+        ++k;  // the chain now starts one step later; pos[k - 1] is the draw
+        reordered = true;
+        continue;
+      }
+      if (!sliceable(order_[pos[j]], L)) break;
       mark(order_[pos[j]]);
       if (g_.node(order_[pos[j]]).op != OpKind::reshape) ++compute;
     }
@@ -172,6 +186,8 @@ void Executor::plan_slices() {
     }
     k = j - 1;
   }
+  if (reordered)
+    for (std::size_t s = 0; s < order_.size(); ++s) step_of_[std::size_t(order_[s])] = int(s);
 }
 
 // The chains' steps: indices into steps_, and each step's per-slice views.
@@ -285,7 +301,7 @@ Simplified Executor::prepare(const Graph& g, const std::vector<NodeId>& outputs,
                                    "in another graph?", o, g.size()));
   Simplified s;
   if (options.simplify) {
-    s = gg::simplify(g, outputs);
+    s = gg::simplify(g, outputs, {.keep_stop_gradient = false});
   } else {
     s.map.resize(std::size_t(g.size()));
     for (NodeId i = 0; i < g.size(); ++i) s.map[std::size_t(i)] = i;

@@ -142,7 +142,7 @@ bool simplify_by_default() {
   return !(v && std::string_view(v) == "0");
 }
 
-Simplified simplify(const Graph& g, const std::vector<NodeId>& roots) {
+Simplified simplify(const Graph& g, const std::vector<NodeId>& roots, const SimplifyOptions& options) {
   for (NodeId r : roots)
     if (r < 0 || r >= g.size())
       throw GraphError(fmt::format("simplify: root %{} is not a node of this graph (it has {} nodes)", r, g.size()));
@@ -155,7 +155,14 @@ Simplified simplify(const Graph& g, const std::vector<NodeId>& roots) {
   std::vector<NodeId> to(std::size_t(g.size()), -1);
   std::unordered_map<std::string, NodeId> seen;
   for (NodeId id : needed) {
-    const Node& n = g.node(id);
+    Node unmarked;  // a stop_gradient node without its mark, when the plan drops marks
+    const Node* np = &g.node(id);
+    if (!options.keep_stop_gradient && np->attrs.no_grad) {
+      unmarked = *np;
+      unmarked.attrs.no_grad = false;
+      np = &unmarked;
+    }
+    const Node& n = *np;
     std::vector<NodeId> ins;
     for (NodeId i : n.inputs) ins.push_back(to[std::size_t(i)]);
     Attrs attrs = n.attrs;

@@ -27,11 +27,18 @@ struct Simplified {
   SimplifyStats stats;
 };
 
+struct SimplifyOptions {
+  // Keep op::stop_gradient's marked identity reshapes (a graph that may be differentiated
+  // again needs them). An executor's plan only computes values: it drops them like any
+  // identity, so that nothing stands between a softmax's row max and its readers.
+  bool keep_stop_gradient = true;
+};
+
 // Rebuilds the nodes that `roots` need (all nodes when roots is empty). Never merges two
 // `random` nodes, nor parameters or inputs of different names. A merged node keeps the
 // first node's name and source lines; value checks (Graph::add_check) follow their node.
 // Requires: every root is a node of g (throws GraphError otherwise).
-Simplified simplify(const Graph& g, const std::vector<NodeId>& roots);
+Simplified simplify(const Graph& g, const std::vector<NodeId>& roots, const SimplifyOptions& options = {});
 
 // The pass's switch for executors: false when the environment has GG_SIMPLIFY=0.
 bool simplify_by_default();

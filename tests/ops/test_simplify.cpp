@@ -233,3 +233,21 @@ TEST_CASE("simplify keeps stop_gradient: never merged with the same node that pa
   CHECK(s.graph.node(sn).op == OpKind::neg);
   CHECK(s.graph.node(s.graph.node(sn).inputs[0]).attrs.no_grad);
 }
+
+TEST_CASE("simplify for a plan drops stop_gradient marks: a detached value is the value") {
+  Graph g;
+  NodeId x = op::input(g, "x", {2, 3});
+  NodeId m = op::max(g, x, 1, true);
+  NodeId d = op::stop_gradient(g, m);
+  NodeId y = op::sub(g, x, d);                                  // softmax's x - max, max detached
+  NodeId n1 = op::neg(g, op::stop_gradient(g, op::neg(g, x)));  // neg(detach(neg(x))): x, once unmarked
+  Simplified s = simplify(g, {y, n1}, {.keep_stop_gradient = false});
+  const Node& sy = s.graph.node(s.roots[0]);
+  CHECK(sy.op == OpKind::sub);
+  CHECK(s.graph.node(sy.inputs[1]).op == OpKind::max);  // nothing between the max and its reader
+  CHECK(s.graph.node(s.roots[1]).op == OpKind::input);
+  for (NodeId i = 0; i < s.graph.size(); ++i) CHECK_FALSE(s.graph.node(i).attrs.no_grad);
+  // The default keeps the mark.
+  Simplified k = simplify(g, {y, n1});
+  CHECK(k.graph.node(k.graph.node(k.roots[0]).inputs[1]).attrs.no_grad);
+}
