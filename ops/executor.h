@@ -24,8 +24,9 @@ namespace gg {
 bool slice_by_default();
 
 struct ExecutorOptions {
-  // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning.
-  // Off with GG_SIMPLIFY=0 in the environment, or here.
+  // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning;
+  // a plan only computes values, so it also drops stop_gradient marks. Off with
+  // GG_SIMPLIFY=0 in the environment, or here.
   bool simplify = simplify_by_default();
   // Run chains of element-wise ops as one step each (ops/fuse.h), after simplification.
   // Off with GG_FUSE=0 in the environment, or here.

@@ -3,8 +3,12 @@
 // readers are split at the widest gap between consecutive readers; if that gap is wide
 // enough, the readers after it are late. The node is copied for them when each of its
 // inputs is alive at the first late reader anyway (a leaf, or a value read at or after
-// that point), or can be copied there the same way (up to RematOptions::max_depth). A second walk
-// emits the graph with every copy placed right before the first node that reads it.
+// that point, or up to RematOptions::extend nodes before it, then kept alive that long),
+// or can be copied there the same way (up to RematOptions::max_depth). A cheap node (one
+// full-size input, alive at every late reader, which are all element-wise) gets a copy
+// right before each late reader instead, run inside that reader's fused group; the others
+// get one copy, shared. A second walk emits the graph with every copy placed right before
+// the node it was made for.
 #include "ops/remat.h"
 
 #include <fmt/format.h>

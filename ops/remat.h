@@ -4,7 +4,9 @@
 // then anyway (or that can themselves be recomputed the same way), the pass gives its late
 // readers a copy of the node placed right before the first of them, so the original is
 // freed after its early readers and the copy lives only briefly (and, being element-wise,
-// usually runs inside its readers' fused group). GELU's intermediate values, the layer
+// usually runs inside its readers' fused group). A copy that reads a single large value
+// and is read only by element-wise ops is made before each late reader instead, inside
+// its group, and never stored. GELU's intermediate values, the layer
 // norm's normalized output and affine output, and softmax's weights (from the stored
 // exponentials and row sums) are the values it takes in a transformer.
 //
