@@ -41,8 +41,7 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   // Phases: simplify (in the initializers), order, fuse, plan the memory, bind views,
   // steps, checks.
   order_ = ancestors(g_, outputs_);
-  step_of_.assign(std::size_t(g_.size()), -1);
-  for (std::size_t s = 0; s < order_.size(); ++s) step_of_[std::size_t(order_[s])] = int(s);
+  number_order();
   if (options.fuse) {
     std::vector<NodeId> kept = outputs_;  // outputs and checked nodes keep their values
     for (const Graph::Check& c : g_.checks()) kept.push_back(c.node);
@@ -90,6 +89,18 @@ bool lead_strides(const Shape& in, std::size_t r, const Shape& lead, std::vector
 }
 }  // namespace
 
+int Executor::group_at(NodeId id) const { return fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)]; }
+
+void Executor::number_order() {
+  step_of_.assign(std::size_t(g_.size()), -1);
+  for (std::size_t s = 0; s < order_.size(); ++s) step_of_[std::size_t(order_[s])] = int(s);
+}
+
+void Executor::bind_inputs(Step& st) {
+  st.in.clear();
+  for (NodeId in : reads(st)) st.in.push_back(views_[std::size_t(in)]);
+}
+
 // Chains: from a batched matmul (both operands batched over the same dims L, at least two
 // batches), as many following steps as can run one L-slice at a time: batched matmuls over
 // L, fused groups whose rows start with L, element-wise ops and reductions over later axes
@@ -103,7 +114,7 @@ void Executor::plan_slices() {
   std::vector<std::size_t> pos;  // positions of the step nodes in order_
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const NodeId id = order_[s];
-    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+    const int gi = group_at(id);
     if (op_bound_leaf(g_.node(id).op) || (gi >= 0 && fusion_.groups[std::size_t(gi)].root != id)) continue;
     pos.push_back(s);
   }
@@ -112,7 +123,7 @@ void Executor::plan_slices() {
     const Node& n = g_.node(id);
     const std::int64_t C = numel(L);
     std::vector<std::int64_t> stride;
-    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+    const int gi = group_at(id);
     if (gi >= 0) {
       const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
       for (NodeId in : grp.inputs)
@@ -146,14 +157,14 @@ void Executor::plan_slices() {
   };
   auto mark = [&](NodeId id) {
     inside[std::size_t(id)] = 1;
-    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+    const int gi = group_at(id);
     if (gi >= 0)
       for (NodeId m : fusion_.groups[std::size_t(gi)].stored) inside[std::size_t(m)] = 1;
   };
   bool reordered = false;
   for (std::size_t k = 0; k < pos.size(); ++k) {
     const Node& n = g_.node(order_[pos[k]]);
-    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(order_[pos[k]])];
+    const int gi = group_at(order_[pos[k]]);
     if (gi >= 0 || n.op != OpKind::matmul || n.shape.size() < 3) continue;
     const Shape L(n.shape.begin(), n.shape.end() - 2);
     if (numel(L) < 2 || !sliceable(order_[pos[k]], L)) continue;
@@ -186,8 +197,7 @@ void Executor::plan_slices() {
     }
     k = j - 1;
   }
-  if (reordered)
-    for (std::size_t s = 0; s < order_.size(); ++s) step_of_[std::size_t(order_[s])] = int(s);
+  if (reordered) number_order();
 }
 
 // The chains' steps: indices into steps_, and each step's per-slice views.
@@ -231,11 +241,7 @@ void Executor::bind_slices() {
 
 // Runs chain c slice-major: each thread takes whole slices through every step.
 void Executor::run_chain(const SliceChain& c) {
-  for (std::size_t t = c.first; t <= c.last; ++t) {
-    Step& st = steps_[t];
-    st.in.clear();
-    for (NodeId in : reads(st)) st.in.push_back(views_[std::size_t(in)]);
-  }
+  for (std::size_t t = c.first; t <= c.last; ++t) bind_inputs(steps_[t]);
   const std::size_t l = c.lead.size();
   parallel_for(c.slices, 1, [&](std::int64_t b, std::int64_t e) {
     std::vector<View> ins;
@@ -271,7 +277,7 @@ void Executor::make_steps() {
   for (NodeId id : order_) {
     const Node& n = g_.node(id);
     if (op_bound_leaf(n.op)) continue;
-    const int group = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+    const int group = group_at(id);
     if (group >= 0 && fusion_.groups[std::size_t(group)].root != id) continue;  // inside its group's step
     Step st{id, group >= 0 ? nullptr : op_rule(n.op).kernel, group, {}, views_[std::size_t(id)], {}, {}};
     GG_CHECK(st.kernel != nullptr || group >= 0);
@@ -282,7 +288,7 @@ void Executor::make_steps() {
 }
 
 bool Executor::never_stored(NodeId id) const {
-  const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(id)];
+  const int gi = group_at(id);
   if (gi < 0) return false;
   const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
   return grp.root != id && std::find(grp.stored.begin(), grp.stored.end(), id) == grp.stored.end();
@@ -337,7 +343,7 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   // where it is in the order (before the group runs: a little early, never late).
   auto interior = [&](NodeId id) { return never_stored(id); };
   auto runs_at = [&](std::size_t s) {
-    const int gi = fusion_.group_of.empty() ? -1 : fusion_.group_of[std::size_t(order_[s])];
+    const int gi = group_at(order_[s]);
     return gi < 0 ? int(s) : step_of_[std::size_t(fusion_.groups[std::size_t(gi)].root)];
   };
   std::vector<int> last_use(N, -1);
@@ -575,8 +581,7 @@ void Executor::run() {
     }
     Step& st = steps_[t];
     const Node& n = g_.node(st.id);
-    st.in.clear();
-    for (NodeId in : reads(st)) st.in.push_back(views_[std::size_t(in)]);
+    bind_inputs(st);
     auto compute = [&] {
       if (st.group >= 0) run_fused(fusion_.groups[std::size_t(st.group)], st.in, st.out, st.stored);
       else st.kernel(KernelArgs{n, st.in, st.out, &rng_});

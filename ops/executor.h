@@ -138,6 +138,7 @@ class Executor {
   };
   // The phases of the constructor, in order.
   static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, const ExecutorOptions& options);
+  void number_order();  // step_of_ from order_
   void plan_slices();  // finds the chains (positions in order_), before plan_memory
   void bind_slices();  // the chains' step indices and per-slice shapes, after make_steps
   void run_chain(const SliceChain& c);
@@ -150,6 +151,8 @@ class Executor {
   void check_anomaly(const Step& st) const;  // throws GraphError if st's output is not finite
   void check_value(const Step& st, NodeId id, const View& v) const;
   bool never_stored(NodeId id) const;  // a member of a fused group read only inside it
+  int group_at(NodeId id) const;        // the fused group node id belongs to, or -1
+  void bind_inputs(Step& st);           // st.in: the current views of what st reads
   std::string group_ops(int group) const;    // a fused group's ops, in order
   const std::vector<NodeId>& reads(const Step& st) const;  // the nodes whose values st.in holds
   const Graph& user_g_;        // the graph given

@@ -54,14 +54,13 @@ struct Planner {
     return op_elementwise(n.op) && n.dtype == DType::f32 && !kept[std::size_t(v)];
   }
 
-  // A copy of u emitted before p.
-  struct Need {
+  // Node u at position p. As a Need: a copy of u emitted before p. As an Extend: u's
+  // original kept alive until p.
+  struct At {
     NodeId u, p;
   };
-  // An original whose last reader is moved from its last_use to p.
-  struct Extend {
-    NodeId u, p;
-  };
+  using Need = At;
+  using Extend = At;
 
   // Whether u's value can be had at position p: it is a leaf, its original is still
   // alive there (and not handed over to a copy), or only just dead (it is then kept alive

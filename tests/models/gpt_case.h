@@ -3,6 +3,9 @@
 // every parameter's gradient) and a fixed batch. Shared by tests/models/test_*_models.cpp.
 #pragma once
 
+#include <doctest/doctest.h>
+
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -10,6 +13,7 @@
 
 #include "autodiff/grad.h"
 #include "models/gpt.h"
+#include "ops/executor.h"
 
 namespace gg::test {
 
@@ -44,6 +48,18 @@ inline std::unique_ptr<GptCase> gpt_case(const std::string& config_path, bool tr
   for (NodeId d : gg::grad(c->g, m.loss.id, wrt)) c->outs.push_back(d);
   c->feeds = {{"tokens", pattern_tokens(2, T, V, 0)}, {"targets", pattern_tokens(2, T, V, 3)}};
   return c;
+}
+
+// Checks each output of a run of `ex` bit for bit against the first run's, kept in `want`
+// (the first call fills it); `run` names this run in a failure.
+inline void check_same_bits(const Executor& ex, const Graph& g, const std::vector<NodeId>& outs,
+                            std::vector<Tensor>& want, const std::string& run) {
+  for (std::size_t o = 0; o < outs.size(); ++o) {
+    const Tensor t = ex.get(outs[o]);
+    if (want.size() <= o) want.push_back(t);
+    INFO("output " << o << " '" << g.node(outs[o]).name << "' " << run);
+    CHECK(std::memcmp(t.data(), want[o].data(), std::size_t(t.numel()) * 4) == 0);
+  }
 }
 
 }  // namespace gg::test

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -98,12 +97,7 @@ FusedRuns same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
       for (const auto& [name, t] : feeds)
         if (ex.has_input(name)) ex.set_input(name, t);
       ex.run();
-      for (std::size_t o = 0; o < outs.size(); ++o) {
-        const Tensor t = ex.get(outs[o]);
-        if (want.size() <= o) want.push_back(t);
-        INFO("output " << o << " '" << g.node(outs[o]).name << "' threads " << threads << " fuse " << fuse);
-        CHECK(std::memcmp(t.data(), want[o].data(), std::size_t(t.numel()) * 4) == 0);
-      }
+      test::check_same_bits(ex, g, outs, want, "threads " + std::to_string(threads) + " fuse " + std::to_string(fuse));
     }
   set_num_threads(before);
   return r;

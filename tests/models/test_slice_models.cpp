@@ -4,7 +4,7 @@
 // with dropout on and off, at 1 and 2 threads, and in anomaly mode (which runs step by step).
 #include <doctest/doctest.h>
 
-#include <cstring>
+#include <string>
 #include <vector>
 
 #include "autodiff/grad.h"
@@ -45,12 +45,7 @@ TEST_CASE("slice: a GPT's loss, logits and gradients are unchanged by batch-slic
           ex.set_input("tokens", tokens);
           ex.set_input("targets", targets);
           ex.run();
-          for (std::size_t o = 0; o < outs.size(); ++o) {
-            const Tensor t = ex.get(outs[o]);
-            if (want.size() <= o) want.push_back(t);
-            INFO("output " << o << " '" << g.node(outs[o]).name << "' threads " << threads << " mode " << mode);
-            CHECK(std::memcmp(t.data(), want[o].data(), std::size_t(t.numel()) * 4) == 0);
-          }
+          test::check_same_bits(ex, g, outs, want, "threads " + std::to_string(threads) + " mode " + std::to_string(mode));
         }
       set_num_threads(before);
     }
