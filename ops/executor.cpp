@@ -730,7 +730,18 @@ std::string Executor::profile_steps_report(int top) const {
       what = fmt::format("fused x{} [{}]", fusion_.groups[std::size_t(st.group)].members.size(), group_ops(st.group));
     if (!chain_at_.empty() && chain_at_[idx[r]] >= 0) {
       const SliceChain& c = chains_[std::size_t(chain_at_[idx[r]])];
-      what = fmt::format("sliced chain of {} steps over {} slices, from {}", c.last - c.first + 1, c.slices, what);
+      std::string inside;  // the chain's steps: "matmul NT, fused x7 [...], matmul NN"
+      for (std::size_t t = c.first; t <= c.last; ++t) {
+        const Step& cs = steps_[t];
+        const Node& cn = g_.node(cs.id);
+        inside += t == c.first ? "" : ", ";
+        if (cs.group >= 0)
+          inside += fmt::format("fused x{} [{}]", fusion_.groups[std::size_t(cs.group)].members.size(), group_ops(cs.group));
+        else
+          inside += cn.op == OpKind::matmul ? fmt::format("matmul {}{}", cn.attrs.trans_a ? "T" : "N", cn.attrs.trans_b ? "T" : "N")
+                                            : std::string(op_name(cn.op));
+      }
+      what = fmt::format("sliced chain of {} steps over {} slices [{}], from {}", c.last - c.first + 1, c.slices, inside, what);
     }
     std::string gf = "";
     if (st.group < 0 && n.op == OpKind::matmul && (chain_at_.empty() || chain_at_[idx[r]] < 0)) {

@@ -74,20 +74,49 @@ const OpRule permute_rule = {
       const std::int64_t rows = numel(os) / std::max<std::int64_t>(inner, 1);
       const std::uint32_t* x = static_cast<const std::uint32_t*>(a.in[0].data);
       std::uint32_t* o = static_cast<std::uint32_t*>(a.out.data);
-      parallel_for(rows, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(inner, 1)),
-                   [&](std::int64_t r0, std::int64_t r1) {
-        for (std::int64_t row = r0; row < r1; ++row) {
-          std::int64_t rem = row, off = 0;
-          for (int d = r - 2; d >= 0; --d) {
-            off += (rem % os[std::size_t(d)]) * st[std::size_t(d)];
-            rem /= os[std::size_t(d)];
+      // Rows of `inner` values are walked in the order of one side, `dims` (its outer
+      // axes), where row k is at k * inner; the other side's row is found by an odometer
+      // over `far` (its strides along those axes): a division per axis and row cost more
+      // than copying a head's row of 32 values. Axis 1 and 2 swapped (the attention's head
+      // split and merge) runs fastest walking the side whose last outer axis is far apart
+      // on the other side (measured: 8.5 -> 4.6 us a call at (12, 64, 4, 32)).
+      auto walk = [&](const Shape& dims, const Shape& far, bool walk_out) {
+        parallel_for(rows, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(inner, 1)),
+                     [&dims, &far, x, o, inner, istride, r, walk_out](std::int64_t r0, std::int64_t r1) {
+          Shape idx(static_cast<std::size_t>(r - 1));
+          std::int64_t off = 0;
+          for (std::int64_t d = r - 2, rem = r0; d >= 0; --d) {
+            idx[std::size_t(d)] = rem % dims[std::size_t(d)];
+            rem /= dims[std::size_t(d)];
+            off += idx[std::size_t(d)] * far[std::size_t(d)];
           }
-          std::uint32_t* orow = o + row * inner;
-          if (istride == 1) std::memcpy(orow, x + off, std::size_t(inner) * 4);
-          else
-            for (std::int64_t i = 0; i < inner; ++i) orow[i] = x[off + i * istride];
-        }
-      });
+          for (std::int64_t row = r0; row < r1; ++row) {
+            std::uint32_t* dst = walk_out ? o + row * inner : o + off;
+            const std::uint32_t* src = walk_out ? x + off : x + row * inner;
+            if (istride == 1) {  // 64-byte moves, inlined (a memcpy call per short row costs more)
+              std::int64_t i = 0;
+              for (; i + 16 <= inner; i += 16) std::memcpy(dst + i, src + i, 64);
+              for (; i < inner; ++i) dst[i] = src[i];
+            } else {
+              for (std::int64_t i = 0; i < inner; ++i) dst[i] = src[i * istride];
+            }
+            for (int d = r - 2; d >= 0; --d) {  // the next row's multi-index and offset
+              off += far[std::size_t(d)];
+              if (++idx[std::size_t(d)] < dims[std::size_t(d)]) break;
+              off -= dims[std::size_t(d)] * far[std::size_t(d)];
+              idx[std::size_t(d)] = 0;
+            }
+          }
+        });
+      };
+      // Output order, unless the last axis stays last and the input's last outer axis is
+      // farther apart in the output than the output's is in the input.
+      if (istride == 1 && r >= 2) {
+        Shape ost = strides_of(os), far_out(static_cast<std::size_t>(r));  // output stride of input axis j
+        for (int i = 0; i < r; ++i) far_out[std::size_t(p[std::size_t(i)])] = ost[std::size_t(i)];
+        if (far_out[std::size_t(r - 2)] > st[std::size_t(r - 2)]) return walk(xs, far_out, false);
+      }
+      walk(os, st, true);
     },
     [](GradArgs& a) {
       const Shape& p = a.n().attrs.dims;

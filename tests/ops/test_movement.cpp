@@ -93,6 +93,13 @@ TEST_CASE("permute moves every element to its permuted index") {
       {{2, 3, 4, 5}, {0, 1, 2, 3}},  // identity
       {{3, 4, 5}, {2, 0, 1}},
       {{7}, {0}},
+      // The attention's head split and merge at sizes where the rows are walked in input
+      // order (the split) and in output order (the merge), in chunks split between threads
+      // mid-row-index; rows of 20 and 3 values take the short-row tail.
+      {{12, 64, 4, 32}, {0, 2, 1, 3}},
+      {{12, 4, 64, 32}, {0, 2, 1, 3}},
+      {{3, 50, 40, 20}, {0, 2, 1, 3}},
+      {{5, 7, 33, 3}, {0, 2, 1, 3}},
   };
   for (std::int64_t n : kSizes) {
     cases.push_back({{n, 3}, {1, 0}});
