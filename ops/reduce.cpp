@@ -32,10 +32,10 @@ NodeId keepdim_view(GradArgs& a, NodeId v) {
   return op::reshape(a.g, v, s);
 }
 
-// out[o, i] = reduce_j x[o, j, i], with `row` reducing a contiguous run and `acc`
-// folding one strided row into the accumulator.
-template <class Row, class Acc>
-void reduce_kernel(const KernelArgs& a, Row row, Acc acc) {
+// out[o, i] = reduce_j x[o, j, i], with `row` reducing a contiguous run and `comb(acc, v)`
+// (a generic lambda: floats or registers) folding value v of row j into the accumulator.
+template <class Row, class Comb>
+void reduce_kernel(const KernelArgs& a, Row row, Comb comb) {
   auto sp = detail::split_at(*a.in[0].shape, a.node.attrs.axis);
   const float* x = a.in[0].f();
   float* o = a.out.f();
@@ -46,16 +46,39 @@ void reduce_kernel(const KernelArgs& a, Row row, Acc acc) {
     return;
   }
   // Columns [c0, c1) of every (n, inner) slab in [b, e): each column folds its n values in
-  // order, whoever runs it, so the split never changes a bit.
+  // order, whoever runs it, so the split never changes a bit. Four registers of columns
+  // at a time stay in registers down all n rows (folding whole rows into the output in
+  // memory ran at a third of the speed: 37 -> 12 us for (768, 512), hot, 2 threads).
   auto slabs = [&](std::int64_t b, std::int64_t e, std::int64_t c0, std::int64_t c1) {
     for (std::int64_t i = b; i < e; ++i) {
-      const float* xi = x + i * sp.n * sp.inner + c0;  // xi: (n, inner) from column c0
-      float* oi = o + i * sp.inner + c0;                // oi: (inner) from column c0
-      std::copy(xi, xi + (c1 - c0), oi);
-      for (std::int64_t j = 1; j < sp.n; ++j) acc(std::size_t(c1 - c0), oi, xi + j * sp.inner);
+      const float* xi = x + i * sp.n * sp.inner;  // xi: (n, inner)
+      float* oi = o + i * sp.inner;               // oi: (inner)
+      std::int64_t c = c0;
+#ifndef GG_SCALAR
+      constexpr std::int64_t W = std::int64_t(simd::width);
+      for (; c + 4 * W <= c1; c += 4 * W) {
+        simd::vf acc[4];
+        for (int v = 0; v < 4; ++v) acc[v] = simd::load(xi + c + v * W);
+        for (std::int64_t j = 1; j < sp.n; ++j) {
+          const float* r = xi + j * sp.inner + c;
+          for (int v = 0; v < 4; ++v) acc[v] = comb(acc[v], simd::load(r + v * W));
+        }
+        for (int v = 0; v < 4; ++v) simd::store(oi + c + v * W, acc[v]);
+      }
+      for (; c + W <= c1; c += W) {
+        simd::vf acc = simd::load(xi + c);
+        for (std::int64_t j = 1; j < sp.n; ++j) acc = comb(acc, simd::load(xi + j * sp.inner + c));
+        simd::store(oi + c, acc);
+      }
+#endif
+      for (; c < c1; ++c) {
+        float acc = xi[c];
+        for (std::int64_t j = 1; j < sp.n; ++j) acc = comb(acc, xi[j * sp.inner + c]);
+        oi[c] = acc;
+      }
     }
   };
-  if (sp.outer < num_threads() && sp.inner >= 512) {
+  if (sp.outer < num_threads() && sp.inner >= 64 * num_threads()) {
     // Few slabs of long rows (a bias gradient: (B*T, D) -> (D)): threads split the columns,
     // in whole 64-byte lines.
     parallel_for((sp.inner + 15) / 16, std::max<std::int64_t>(1, 4096 / (16 * sp.n)), [&](std::int64_t b, std::int64_t e) {
@@ -75,7 +98,7 @@ const OpRule sum_rule = {
     infer_reduce,
     [](const KernelArgs& a) {
       reduce_kernel(a, [](std::size_t n, const float* r) { return simd::sum(n, r); },
-                    [](std::size_t n, float* o, const float* r) { simd::axpy(n, 1.f, r, o); });
+                    [](auto acc, auto v) { return acc + v; });
     },
     [](GradArgs& a) {
       a.gin[0] = op::expand(a.g, keepdim_view(a, a.gout), a.g.node(a.in(0)).shape);
@@ -87,9 +110,7 @@ const OpRule max_rule = {
     infer_reduce,
     [](const KernelArgs& a) {
       reduce_kernel(a, [](std::size_t n, const float* r) { return simd::max_of(n, r); },
-                    [](std::size_t n, float* o, const float* r) {
-                      simd::zip(n, o, o, r, [](auto u, auto v) { return simd::max(u, v); });
-                    });
+                    [](auto acc, auto v) { return simd::max(acc, v); });
     },
     [](GradArgs& a) {
       NodeId hit = op::compare(a.g, a.in(0), keepdim_view(a, a.node), Cmp::eq);

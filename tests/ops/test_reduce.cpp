@@ -270,32 +270,42 @@ TEST_CASE("argmax refuses an i32 operand, a scalar and an axis out of range") {
   CHECK_THROWS_WITH_AS(op::argmax(g, x, 2), doctest::Contains("axis 2 out of range"), GraphError);
 }
 
-TEST_CASE("a sum down long columns splits them between threads without changing a bit") {
-  // (n, inner) with inner >= 512 and one slab: the kernel splits the columns over threads;
-  // each column still adds its n values in order, as a float loop would.
+TEST_CASE("a sum or max down long columns splits them between threads without changing a bit") {
+  // (n, inner) with one slab and inner >= 64 per thread: the kernel splits the columns over
+  // threads, in 16-column units, and folds four registers of columns at a time down the rows
+  // (then one register, then single columns); each column still folds its n values in
+  // order, as a float loop would. Also (2, n, inner) over axis 1: slabs split instead.
   const int saved = num_threads();
-  for (std::int64_t inner : {512, 1000, 4099}) {
-    const std::int64_t n = 37;
-    const std::vector<float> x = random_values(n * inner, std::uint32_t(inner));
-    std::vector<float> expect(static_cast<std::size_t>(inner));
-    for (std::int64_t c = 0; c < inner; ++c) {
-      float acc = x[std::size_t(c)];
-      for (std::int64_t j = 1; j < n; ++j) acc += x[std::size_t(j * inner + c)];
-      expect[std::size_t(c)] = acc;
+  for (std::int64_t inner : {130, 200, 384, 512, 1000, 4099})
+    for (std::int64_t outer : {1, 2}) {
+      const std::int64_t n = 37;
+      const std::vector<float> x = random_values(outer * n * inner, std::uint32_t(inner + outer));
+      std::vector<float> want_sum(static_cast<std::size_t>(outer * inner)), want_max(want_sum.size());
+      for (std::int64_t o = 0; o < outer; ++o)
+        for (std::int64_t c = 0; c < inner; ++c) {
+          const float* col = x.data() + o * n * inner + c;
+          float s = col[0], m = col[0];
+          for (std::int64_t j = 1; j < n; ++j) {
+            s += col[j * inner];
+            m = m > col[j * inner] ? m : col[j * inner];
+          }
+          want_sum[std::size_t(o * inner + c)] = s;
+          want_max[std::size_t(o * inner + c)] = m;
+        }
+      for (int threads : {1, 2, 3}) {
+        INFO("outer " << outer << ", inner " << inner << ", threads " << threads);
+        set_num_threads(threads);
+        Graph g;
+        NodeId in = op::input(g, "x", {outer, n, inner});
+        NodeId s = op::sum(g, in, 1, false), m = op::max(g, in, 1, false);
+        ParamStore ps;
+        Executor ex(g, {s, m}, ps);
+        ex.set_input("x", std::span<const float>(x));
+        ex.run();
+        CHECK(ex.get(s).to_vector() == want_sum);
+        CHECK(ex.get(m).to_vector() == want_max);
+      }
     }
-    for (int threads : {1, 2, 3}) {
-      INFO("inner " << inner << ", threads " << threads);
-      set_num_threads(threads);
-      Graph g;
-      NodeId in = op::input(g, "x", {n, inner});
-      NodeId s = op::sum(g, in, 0, false);
-      ParamStore ps;
-      Executor ex(g, {s}, ps);
-      ex.set_input("x", std::span<const float>(x));
-      ex.run();
-      CHECK(ex.get(s).to_vector() == expect);
-    }
-  }
   set_num_threads(saved);
 }
 
