@@ -719,27 +719,28 @@ std::string Executor::profile_steps_report(int top) const {
   std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return step_seconds_[a] > step_seconds_[b]; });
   const double runs = double(std::max<std::int64_t>(profiled_runs_, 1));
   std::string s = fmt::format("{:>9} {:>7}  {}\n", "ms/run", "GFLOPS", "step");
+  // "fused x7 [mul, where, ...]" for a group, else the op's name
+  auto label = [&](const Step& step) {
+    return step.group >= 0 ? fmt::format("fused x{} [{}]", fusion_.groups[std::size_t(step.group)].members.size(), group_ops(step.group))
+                           : std::string(op_name(g_.node(step.id).op));
+  };
+  auto transposes = [&](const Node& m) { return fmt::format("{}{}", m.attrs.trans_a ? "T" : "N", m.attrs.trans_b ? "T" : "N"); };
   for (std::size_t r = 0; r < idx.size() && int(r) < top; ++r) {
     const Step& st = steps_[idx[r]];
     const Node& n = g_.node(st.id);
     const double ms = step_seconds_[idx[r]] / runs * 1e3;
     std::string ins;
     for (NodeId in : reads(st)) ins += (ins.empty() ? "" : ", ") + to_string(g_.node(in).shape);
-    std::string what = std::string(op_name(n.op));
-    if (st.group >= 0)
-      what = fmt::format("fused x{} [{}]", fusion_.groups[std::size_t(st.group)].members.size(), group_ops(st.group));
+    std::string what = label(st);
     if (!chain_at_.empty() && chain_at_[idx[r]] >= 0) {
       const SliceChain& c = chains_[std::size_t(chain_at_[idx[r]])];
       std::string inside;  // the chain's steps: "matmul NT, fused x7 [...], matmul NN"
       for (std::size_t t = c.first; t <= c.last; ++t) {
         const Step& cs = steps_[t];
         const Node& cn = g_.node(cs.id);
-        inside += t == c.first ? "" : ", ";
-        if (cs.group >= 0)
-          inside += fmt::format("fused x{} [{}]", fusion_.groups[std::size_t(cs.group)].members.size(), group_ops(cs.group));
-        else
-          inside += cn.op == OpKind::matmul ? fmt::format("matmul {}{}", cn.attrs.trans_a ? "T" : "N", cn.attrs.trans_b ? "T" : "N")
-                                            : std::string(op_name(cn.op));
+        if (t != c.first) inside += ", ";
+        inside += label(cs);
+        if (cs.group < 0 && cn.op == OpKind::matmul) inside += fmt::format(" {}", transposes(cn));
       }
       what = fmt::format("sliced chain of {} steps over {} slices [{}], from {}", c.last - c.first + 1, c.slices, inside, what);
     }
@@ -750,7 +751,7 @@ std::string Executor::profile_steps_report(int top) const {
       gf = fmt::format("{:.1f}", 2.0 * double(numel(n.shape)) * k / (ms * 1e-3) * 1e-9);
     }
     s += fmt::format("{:>9.3f} {:>7}  {}{} {} <- {}{}\n", ms, gf, what,
-                     n.op == OpKind::matmul ? fmt::format("[{}{}]", n.attrs.trans_a ? "T" : "N", n.attrs.trans_b ? "T" : "N") : "",
+                     n.op == OpKind::matmul ? fmt::format("[{}]", transposes(n)) : "",
                      to_string(n.shape), ins, n.name.empty() ? "" : fmt::format("  '{}'", n.name));
   }
   return s;
