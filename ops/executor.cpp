@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include "ops/masked.h"
 #include "ops/parallel.h"
 #include "ops/simd.h"
 
@@ -54,6 +55,7 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
       if (step >= 0 && user_order_[std::size_t(step)] < 0) user_order_[std::size_t(step)] = id;
     }
   if (options.slice) plan_slices();
+  masked_ = options.masked;
   std::vector<std::size_t> offset;
   std::vector<NodeId> root;
   plan_memory(offset, root);
@@ -66,6 +68,18 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
 bool slice_by_default() {
   const char* env = std::getenv("GG_SLICE");
   return !(env && std::string(env) == "0");
+}
+
+bool masked_by_default() {
+  const char* env = std::getenv("GG_MASKED");
+  return !(env && std::string(env) == "0");
+}
+
+std::size_t Executor::masked_products() const {
+  std::size_t k = 0;
+  for (const SliceChain& c : chains_)
+    for (const SliceStep& ss : c.steps) k += ss.masked != nullptr;
+  return k;
 }
 
 namespace {
@@ -111,6 +125,21 @@ void Executor::bind_inputs(Step& st) {
 // every kernel on a slice is the whole-tensor kernel on a view.
 void Executor::plan_slices() {
   const std::int64_t W = std::int64_t(simd::width);
+  // Leaves (inputs, parameters, constants) exist before any step runs: listed first, a step
+  // moved ahead of a chain below never comes before a leaf it reads.
+  {
+    std::vector<std::size_t> perm(order_.size());
+    for (std::size_t s = 0; s < perm.size(); ++s) perm[s] = s;
+    std::stable_partition(perm.begin(), perm.end(), [&](std::size_t s) { return op_bound_leaf(g_.node(order_[s]).op); });
+    std::vector<NodeId> order(order_.size()), user_order(order_.size());
+    for (std::size_t s = 0; s < perm.size(); ++s) {
+      order[s] = order_[perm[s]];
+      user_order[s] = user_order_[perm[s]];
+    }
+    order_ = std::move(order);
+    user_order_ = std::move(user_order);
+    number_order();
+  }
   std::vector<std::size_t> pos;  // positions of the step nodes in order_
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const NodeId id = order_[s];
@@ -161,7 +190,6 @@ void Executor::plan_slices() {
     if (gi >= 0)
       for (NodeId m : fusion_.groups[std::size_t(gi)].stored) inside[std::size_t(m)] = 1;
   };
-  bool reordered = false;
   for (std::size_t k = 0; k < pos.size(); ++k) {
     const Node& n = g_.node(order_[pos[k]]);
     const int gi = group_at(order_[pos[k]]);
@@ -170,16 +198,21 @@ void Executor::plan_slices() {
     if (numel(L) < 2 || !sliceable(order_[pos[k]], L)) continue;
     std::size_t j = k, compute = 0;
     for (; j < pos.size(); ++j) {
-      if (j > k && g_.node(order_[pos[j]]).op == OpKind::random) {
-        // A draw (a dropout mask) reads nothing: it moves to just before the chain, so that
-        // it does not cut it. Draws keep their order among themselves, and so the numbers.
+      const Node& nj = g_.node(order_[pos[j]]);
+      // reads only leaves (a constant mask's reshape), which exist before any step runs
+      const bool outside = group_at(order_[pos[j]]) < 0 && !nj.inputs.empty() &&
+                           std::all_of(nj.inputs.begin(), nj.inputs.end(), [&](NodeId in) { return op_bound_leaf(g_.node(in).op); });
+      if (j > k && (nj.op == OpKind::random || (outside && !sliceable(order_[pos[j]], L)))) {
+        // A step that reads nothing the chain makes (a dropout mask's draw; a reshape of a
+        // constant mask) moves to just before the chain, so that it does not cut it. Draws
+        // keep their order among themselves, and so the numbers.
         std::rotate(order_.begin() + std::ptrdiff_t(pos[k]), order_.begin() + std::ptrdiff_t(pos[j]),
                     order_.begin() + std::ptrdiff_t(pos[j]) + 1);
         std::rotate(user_order_.begin() + std::ptrdiff_t(pos[k]), user_order_.begin() + std::ptrdiff_t(pos[j]),
                     user_order_.begin() + std::ptrdiff_t(pos[j]) + 1);
         for (std::size_t q = j; q > k; --q) pos[q] = pos[q - 1] + 1;
-        ++k;  // the chain now starts one step later; pos[k - 1] is the draw
-        reordered = true;
+        ++k;  // the chain now starts one step later; pos[k - 1] is the moved step
+        number_order();
         continue;
       }
       if (!sliceable(order_[pos[j]], L)) break;
@@ -197,13 +230,18 @@ void Executor::plan_slices() {
     }
     k = j - 1;
   }
-  if (reordered) number_order();
 }
 
 // The chains' steps: indices into steps_, and each step's per-slice views.
 void Executor::bind_slices() {
   chain_at_.assign(steps_.size(), -1);
   if (chains_.empty()) return;
+  std::vector<MaskedProduct> masked;  // per node of g_: how a product may skip a mask's zeros
+  if (masked_) {
+    std::vector<NodeId> kept = outputs_;  // read after the run or by a check: every value computed
+    for (const Graph::Check& c : g_.checks()) kept.push_back(c.node);
+    masked = find_masked_products(g_, order_, kept);
+  }
   std::vector<int> step_at(order_.size(), -1);  // position in order_ -> step index
   for (std::size_t t = 0; t < steps_.size(); ++t) step_at[std::size_t(step_of_[std::size_t(steps_[t].id)])] = int(t);
   for (std::size_t ci = 0; ci < chains_.size(); ++ci) {
@@ -233,6 +271,8 @@ void Executor::bind_slices() {
         }
         ss.out_shape = sliced(n.shape);
         ss.out_elems = numel(n.shape) / c.slices;
+        if (!masked.empty() && masked[std::size_t(st.id)].kind != MaskedProduct::none)
+          ss.masked = std::make_shared<const MaskedBlocks>(masked_blocks(g_, n, masked[std::size_t(st.id)]));
       }
       c.steps.push_back(std::move(ss));
     }
@@ -265,7 +305,10 @@ void Executor::run_chain(const SliceChain& c) {
           ins.push_back(View{static_cast<char*>(st.in[j].data) + off * 4, &ss.in_shape[j], st.in[j].dtype});
         }
         const View out{static_cast<char*>(st.out.data) + i * ss.out_elems * 4, &ss.out_shape, st.out.dtype};
-        st.kernel(KernelArgs{g_.node(st.id), ins, out, &rng_});
+        if (ss.masked)
+          masked_matmul(g_.node(st.id), *ss.masked, ins, out);
+        else
+          st.kernel(KernelArgs{g_.node(st.id), ins, out, &rng_});
       }
     }
   });
@@ -741,6 +784,8 @@ std::string Executor::profile_steps_report(int top) const {
         if (t != c.first) inside += ", ";
         inside += label(cs);
         if (cs.group < 0 && cn.op == OpKind::matmul) inside += fmt::format(" {}", transposes(cn));
+        if (const auto& mb = c.steps[t - c.first].masked)
+          inside += fmt::format(" masked {:.0f}%", 100.0 * mb->fraction);
       }
       what = fmt::format("sliced chain of {} steps over {} slices [{}], from {}", c.last - c.first + 1, c.slices, inside, what);
     }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,8 +21,12 @@
 
 namespace gg {
 
+struct MaskedBlocks;  // ops/masked.h
+
 // The batch-slice switch for executors: false when the environment has GG_SLICE=0.
 bool slice_by_default();
+// The masked-product switch: false when the environment has GG_MASKED=0.
+bool masked_by_default();
 
 struct ExecutorOptions {
   // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning;
@@ -39,6 +44,11 @@ struct ExecutorOptions {
   // whole chain, so a slice's intermediates stay in cache. Values are unchanged bit for
   // bit. Off with GG_SLICE=0, or here.
   bool slice = slice_by_default();
+  // Inside batch-slice chains, run the matrix products that a constant mask makes partly
+  // irrelevant (causal attention's) in row blocks that skip that part (ops/masked.h):
+  // about half the work. Values are unchanged wherever they are finite. Off with
+  // GG_MASKED=0, or here.
+  bool masked = masked_by_default();
 };
 
 class Executor {
@@ -64,6 +74,8 @@ class Executor {
   const Fusion& fusion() const { return fusion_; }
   // How many batch-slice chains the plan runs (ExecutorOptions::slice).
   std::size_t slice_chains() const { return chains_.size(); }
+  // How many of the chains' matrix products skip a mask's zeros (ExecutorOptions::masked).
+  std::size_t masked_products() const;
   // Steps of the flat loop (a fused group is one).
   std::size_t step_count() const { return steps_.size(); }
 
@@ -129,6 +141,7 @@ class Executor {
     Shape out_shape;                                   // the output's, likewise
     std::int64_t out_elems = 0;                        // values of the output per slice
     std::int64_t extent = 0;                           // a group's rows (or flat values) per slice
+    std::shared_ptr<const MaskedBlocks> masked;        // a matmul that skips a mask's zeros, or null
   };
   struct SliceChain {
     std::size_t first = 0, last = 0;  // positions in order_ of its first and last step nodes, then step indices
@@ -165,6 +178,7 @@ class Executor {
   std::vector<Step> steps_;
   std::vector<SliceChain> chains_;
   std::vector<int> chain_at_;  // per step: the chain starting there, or -1
+  bool masked_ = false;        // ExecutorOptions::masked
   std::vector<View> views_;          // per node id (valid for planned nodes)
   std::vector<char> kept_;           // per node id: readable after run
   std::vector<Tensor> inputs_;       // storage for input nodes, by node id

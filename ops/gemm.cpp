@@ -108,7 +108,7 @@ constexpr int MR = 4, NV = 4;
 constexpr int MR = (W >= 16) ? 12 : 6, NV = 2;
 #endif
 constexpr int NR = NV * W;
-constexpr i64 KC = 256;               // depth of a packed panel: a B sliver (KC x NR) is 32 KB
+constexpr i64 KC = gemm_depth_block;  // depth of a packed panel: a B sliver (KC x NR) is 32 KB
 constexpr i64 MC = 48 / MR * MR;      // rows of the packed A block (MC x KC), near L1 (measured)
 constexpr i64 NC = 1024;              // columns of the packed B panel (KC x NC): 1 MB, in L2
 constexpr i64 SMALL = 16 * 16 * 16;   // M*N*K at or below this: plain loops, no microkernel
@@ -337,16 +337,18 @@ void gemm_small(const Problem& P) {
     float* c = P.C + i * P.ldc;
     for (i64 j0 = 0; j0 < P.N; j0 += 64) {  // a chunk of columns that fits on the stack
       const i64 nj = std::min<i64>(64, P.N - j0);
-      float acc[64] = {};
-      for (i64 k = 0; k < P.K; ++k) {  // acc += op(A)(i, k) * op(B)(k, j0 : j0+nj)
-        const float a = P.ta ? P.A[k * P.lda + i] : P.A[i * P.lda + k];
-        if (P.tb)
-          for (i64 j = 0; j < nj; ++j) acc[j] += a * P.B[(j0 + j) * P.ldb + k];
-        else
-          for (i64 j = 0; j < nj; ++j) acc[j] += a * P.B[k * P.ldb + j0 + j];
+      for (i64 pc = 0; pc < P.K; pc += KC) {  // KC-deep passes, as the microkernel's
+        float acc[64] = {};
+        for (i64 k = pc; k < std::min(P.K, pc + KC); ++k) {  // acc += op(A)(i, k) * op(B)(k, j0 : j0+nj)
+          const float a = P.ta ? P.A[k * P.lda + i] : P.A[i * P.lda + k];
+          if (P.tb)
+            for (i64 j = 0; j < nj; ++j) acc[j] += a * P.B[(j0 + j) * P.ldb + k];
+          else
+            for (i64 j = 0; j < nj; ++j) acc[j] += a * P.B[k * P.ldb + j0 + j];
+        }
+        const float beta = pc == 0 ? P.beta : 1.f;
+        for (i64 j = 0; j < nj; ++j) c[j0 + j] = P.alpha * acc[j] + (beta != 0.f ? beta * c[j0 + j] : 0.f);
       }
-      for (i64 j = 0; j < nj; ++j)
-        c[j0 + j] = P.alpha * acc[j] + (P.beta != 0.f ? P.beta * c[j0 + j] : 0.f);
     }
   }
 }

@@ -15,6 +15,11 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
           float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
           float beta, float* C, std::int64_t ldc);
 
+// The depth of one pass of the sum: C accumulates the terms k in [0, 256), then adds those
+// in [256, 512), and so on (each pass in order). A caller that splits a sum over several
+// calls at multiples of it (beta = 1 after the first) gets the same bits as one call.
+inline constexpr std::int64_t gemm_depth_block = 256;
+
 // The plain triple loop (double accumulation), the reference the fast GEMM is tested against.
 void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                     float alpha, const float* A, std::int64_t lda, const float* B,

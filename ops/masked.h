@@ -1,0 +1,65 @@
+// Masked products: the matrix products of a plan that may leave out what a constant mask
+// makes irrelevant. Causal attention is the case in point: the scores q k^T are needed only
+// where the mask keeps them (where(mask, s, -inf) replaces the rest), and the weights are
+// exactly 0 where it does not, so weights @ v, and in the backward pass dP = dO v^T,
+// P^T dO, dS k and dS^T q, need about half of their products. Found by an analysis of the
+// planned graph, not by naming attention: any product that meets the rules below is run
+// in row blocks that skip the masked part.
+//
+// The mask M is a constant of shape (1, ..., 1, R, C) (the same for every batch slice) with
+// a nonzero in every row; ext[r] is one past the last nonzero of row r. Over the nodes of
+// the plan, the analysis tracks which values are exactly 0, or exactly -inf, wherever M is
+// 0: where(M, x, 0) and where(M, x, -inf) make them, and sub by a row vector, add, mul,
+// div, neg and exp carry them on. A product may
+//   - skip_out: compute only its entries where M is nonzero (row r: its first ext[r]
+//     columns; 0 after them), when every later reader of it, followed through same-shape
+//     element-wise ops, meets where(M, ., c) or a multiplication by a value that is 0 where
+//     M is 0 before anything else reads it (no reduction, product, output or value check);
+//   - skip_k: sum only the terms where op(A) can be nonzero, when A is exactly 0 where M is
+//     0: op(A) = A: row r sums terms [0, ext[r]); op(A) = A^T: row c sums terms
+//     [first[c], R), first[c] the first row r with ext[r] > c.
+// What changes: nothing where the full computation is finite. A term left out is
+// 0 * x, which adds nothing when x is finite (the sign of an exact 0 sum aside); when a
+// masked-out x is Inf or NaN, the full product is NaN there and the masked one is not
+// (as with the skipping attention kernels of other libraries). Each row block's products
+// are summed in the same order as the full product's, so the bits are otherwise the same.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "graph.h"
+#include "op_rule.h"
+
+namespace gg {
+
+struct MaskedProduct {
+  enum Kind : std::uint8_t { none, skip_out, skip_k } kind = none;
+  NodeId mask = -1;  // the constant whose zeros are skipped
+};
+
+// Per node id of g: how that matmul may skip (kind none for every other node). `order`:
+// the planned nodes in topological order; `kept`: nodes read after the run (outputs) or by
+// a value check, whose every value must be computed.
+std::vector<MaskedProduct> find_masked_products(const Graph& g, std::span<const NodeId> order,
+                                                std::span<const NodeId> kept);
+
+// A product's row blocks: rows [b * rows, (b + 1) * rows) of the (2-D) output use
+// limit[b]: skip_out: its columns [0, limit[b]); skip_k with A: terms [0, limit[b]); with
+// A^T: terms [limit[b], K).
+struct MaskedBlocks {
+  MaskedProduct::Kind kind = MaskedProduct::none;
+  std::int64_t rows = 0;
+  std::vector<std::int64_t> limit;
+  double fraction = 1;  // of the full product's multiply-adds that the blocks do
+};
+
+// The row blocks of matmul n (a kind from find_masked_products) with mask node m.
+MaskedBlocks masked_blocks(const Graph& g, const Node& n, MaskedProduct p);
+
+// Runs matmul n on one 2-D slice (in[0], in[1] and out with every dim but the last two 1)
+// block by block; out gets the full product's values (0 at skip_out's skipped entries).
+void masked_matmul(const Node& n, const MaskedBlocks& blocks, std::span<const View> in, const View& out);
+
+}  // namespace gg
