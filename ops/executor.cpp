@@ -56,6 +56,7 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
     }
   if (options.slice) plan_slices();
   masked_ = options.masked;
+  plan_locals();
   std::vector<std::size_t> offset;
   std::vector<NodeId> root;
   plan_memory(offset, root);
@@ -73,6 +74,10 @@ bool slice_by_default() {
 bool masked_by_default() {
   const char* env = std::getenv("GG_MASKED");
   return !(env && std::string(env) == "0");
+}
+
+std::size_t Executor::chain_local_values() const {
+  return std::size_t(std::count_if(local_off_.begin(), local_off_.end(), [](std::int64_t o) { return o >= 0; }));
 }
 
 std::size_t Executor::masked_products() const {
@@ -232,6 +237,65 @@ void Executor::plan_slices() {
   }
 }
 
+// Values a chain makes and only its own steps read, none by a view (reshape) and none an
+// output or checked, are read by the same slice's pass that made them: each thread keeps
+// them for the slice it runs in a scratch block that stays in cache, and they take no
+// place in the arena (the attention chains' (T, T) scores, weights and their gradients).
+void Executor::plan_locals() {
+  local_off_.assign(std::size_t(g_.size()), -1);
+  if (chains_.empty()) return;
+  std::vector<char> kept(std::size_t(g_.size()), 0);
+  for (NodeId o : outputs_) kept[std::size_t(o)] = 1;
+  for (const Graph::Check& c : g_.checks()) kept[std::size_t(c.node)] = 1;
+  auto made_at = [&](NodeId id) {  // where a value is computed: a group member's at its root
+    const int gi = group_at(id);
+    return step_of_[std::size_t(gi >= 0 ? fusion_.groups[std::size_t(gi)].root : id)];
+  };
+  std::vector<std::vector<NodeId>> readers(std::size_t(g_.size()));
+  for (NodeId id : order_)
+    for (NodeId in : g_.node(id).inputs) readers[std::size_t(in)].push_back(id);
+  for (SliceChain& c : chains_) {
+    const int first = int(c.first), last = int(c.last);
+    for (std::size_t s = c.first; s <= c.last; ++s) {
+      const NodeId id = order_[s];
+      const Node& n = g_.node(id);
+      if (op_bound_leaf(n.op) || n.op == OpKind::reshape || n.dtype != DType::f32 || never_stored(id) ||
+          kept[std::size_t(id)] || !starts_with(n.shape, c.lead) || readers[std::size_t(id)].empty())
+        continue;
+      const int at = made_at(id);
+      if (at < first || at > last) continue;
+      const bool inside_only = std::all_of(readers[std::size_t(id)].begin(), readers[std::size_t(id)].end(), [&](NodeId r) {
+        const int p = made_at(r);
+        return p >= first && p <= last && g_.node(r).op != OpKind::reshape;
+      });
+      if (!inside_only) continue;
+      local_off_[std::size_t(id)] = std::int64_t(c.scratch_bytes);
+      c.scratch_bytes += round64(std::size_t(numel(n.shape) / c.slices) * 4);
+    }
+  }
+}
+
+// Full-size storage for the chains' local values, for runs that go step by step.
+void Executor::bind_locals_unsliced() {
+  std::size_t bytes = 0;
+  for (NodeId id : order_)
+    if (local_off_[std::size_t(id)] >= 0) bytes += round64(std::size_t(numel(g_.node(id).shape)) * 4);
+  if (bytes == 0 || local_full_) return;
+  local_full_.reset(aligned_alloc64(bytes));
+  char* p = static_cast<char*>(local_full_.get());
+  for (NodeId id : order_)
+    if (local_off_[std::size_t(id)] >= 0) {
+      views_[std::size_t(id)].data = p;
+      p += round64(std::size_t(numel(g_.node(id).shape)) * 4);
+    }
+  for (Step& st : steps_) {
+    st.out.data = views_[std::size_t(st.id)].data;
+    if (st.group >= 0)
+      for (std::size_t k = 0; k < st.stored.size(); ++k)
+        st.stored[k].data = views_[std::size_t(fusion_.groups[std::size_t(st.group)].stored[k])].data;
+  }
+}
+
 // The chains' steps: indices into steps_, and each step's per-slice views.
 void Executor::bind_slices() {
   chain_at_.assign(steps_.size(), -1);
@@ -274,17 +338,40 @@ void Executor::bind_slices() {
         if (!masked.empty() && masked[std::size_t(st.id)].kind != MaskedProduct::none)
           ss.masked = std::make_shared<const MaskedBlocks>(masked_blocks(g_, n, masked[std::size_t(st.id)]));
       }
+      for (NodeId in : reads(st)) ss.in_local.push_back(local_off_[std::size_t(in)]);
+      ss.out_local = local_off_[std::size_t(st.id)];
+      if (st.group >= 0)
+        for (NodeId m : fusion_.groups[std::size_t(st.group)].stored) ss.stored_local.push_back(local_off_[std::size_t(m)]);
+      ss.any_local = ss.out_local >= 0 || std::any_of(ss.in_local.begin(), ss.in_local.end(), [](std::int64_t o) { return o >= 0; }) ||
+                     std::any_of(ss.stored_local.begin(), ss.stored_local.end(), [](std::int64_t o) { return o >= 0; });
       c.steps.push_back(std::move(ss));
     }
   }
 }
+
+namespace {
+// A thread's scratch for the local values of the chain it runs (grown on demand, kept).
+char* chain_scratch(std::size_t bytes) {
+  struct Block {
+    std::unique_ptr<void, void (*)(void*)> p{nullptr, aligned_free};
+    std::size_t cap = 0;
+  };
+  thread_local Block b;
+  if (bytes > b.cap) {
+    b.p.reset(aligned_alloc64(bytes));
+    b.cap = bytes;
+  }
+  return static_cast<char*>(b.p.get());
+}
+}  // namespace
 
 // Runs chain c slice-major: each thread takes whole slices through every step.
 void Executor::run_chain(const SliceChain& c) {
   for (std::size_t t = c.first; t <= c.last; ++t) bind_inputs(steps_[t]);
   const std::size_t l = c.lead.size();
   parallel_for(c.slices, 1, [&](std::int64_t b, std::int64_t e) {
-    std::vector<View> ins;
+    char* const scratch = c.scratch_bytes > 0 ? chain_scratch(c.scratch_bytes) : nullptr;
+    std::vector<View> ins, gin, gstored;
     std::vector<std::int64_t> idx(l);
     for (std::int64_t i = b; i < e; ++i) {
       for (std::size_t d = l, rem = std::size_t(i); d-- > 0;) {  // i's multi-index over L
@@ -295,16 +382,35 @@ void Executor::run_chain(const SliceChain& c) {
         const Step& st = steps_[t];
         const SliceStep& ss = c.steps[t - c.first];
         if (st.group >= 0) {
-          run_fused(fusion_.groups[std::size_t(st.group)], st.in, st.out, st.stored, i * ss.extent, (i + 1) * ss.extent);
+          const FusedGroup& grp = fusion_.groups[std::size_t(st.group)];
+          if (!ss.any_local) {
+            run_fused(grp, st.in, st.out, st.stored, i * ss.extent, (i + 1) * ss.extent);
+            continue;
+          }
+          // A local value's slice i sits at its scratch offset: the group, which indexes
+          // whole tensors by row, gets a base that puts slice i there (only rows of slice
+          // i are touched, and a value made in the chain starts with L, so slice i is the
+          // range [i, i + 1) * its per-slice size).
+          auto local = [&](View v, NodeId id, std::int64_t off) {
+            if (off >= 0) v.data = scratch + off - i * (numel(g_.node(id).shape) / c.slices) * 4;
+            return v;
+          };
+          gin.assign(st.in.begin(), st.in.end());
+          for (std::size_t j = 0; j < gin.size(); ++j) gin[j] = local(gin[j], grp.inputs[j], ss.in_local[j]);
+          gstored.assign(st.stored.begin(), st.stored.end());
+          for (std::size_t j = 0; j < gstored.size(); ++j) gstored[j] = local(gstored[j], grp.stored[j], ss.stored_local[j]);
+          run_fused(grp, gin, local(st.out, st.id, ss.out_local), gstored, i * ss.extent, (i + 1) * ss.extent);
           continue;
         }
         ins.clear();
         for (std::size_t j = 0; j < st.in.size(); ++j) {
           std::int64_t off = 0;
           for (std::size_t d = 0; d < l; ++d) off += idx[d] * ss.in_stride[j][d];
-          ins.push_back(View{static_cast<char*>(st.in[j].data) + off * 4, &ss.in_shape[j], st.in[j].dtype});
+          char* data = ss.in_local[j] >= 0 ? scratch + ss.in_local[j] : static_cast<char*>(st.in[j].data) + off * 4;
+          ins.push_back(View{data, &ss.in_shape[j], st.in[j].dtype});
         }
-        const View out{static_cast<char*>(st.out.data) + i * ss.out_elems * 4, &ss.out_shape, st.out.dtype};
+        char* out_data = ss.out_local >= 0 ? scratch + ss.out_local : static_cast<char*>(st.out.data) + i * ss.out_elems * 4;
+        const View out{out_data, &ss.out_shape, st.out.dtype};
         if (ss.masked)
           masked_matmul(g_.node(st.id), *ss.masked, ins, out);
         else
@@ -459,7 +565,9 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   std::size_t expired_to = 0;  // buckets below this step are released
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const Node& n = g.node(order_[s]);
-    if (op_bound_leaf(n.op) || root[std::size_t(order_[s])] != order_[s] || interior(order_[s])) continue;
+    if (op_bound_leaf(n.op) || root[std::size_t(order_[s])] != order_[s] || interior(order_[s]) ||
+        local_off_[std::size_t(order_[s])] >= 0)
+      continue;
     for (; expired_to < s; ++expired_to)
       for (std::size_t off : expiring[expired_to]) release(off);
     const std::size_t size = round64(std::size_t(numel(n.shape)) * 4);
@@ -516,8 +624,8 @@ void Executor::bind_views(const std::vector<std::size_t>& offset, const std::vec
       kept_[std::size_t(id)] = 1;  // bound at each run
     } else if (root[std::size_t(id)] != id) {
       v.data = views_[std::size_t(root[std::size_t(id)])].data;  // a view: the reshape kernel copies nothing
-    } else if (never_stored(id)) {
-      v.data = nullptr;  // inside a fused group: never stored
+    } else if (never_stored(id) || local_off_[std::size_t(id)] >= 0) {
+      v.data = nullptr;  // inside a fused group, or in a chain's scratch: no place of its own
     } else {
       v.data = base + offset[std::size_t(id)];
     }
@@ -604,6 +712,7 @@ void Executor::run() {
     step_seconds_.resize(steps_.size(), 0.0);
     ++profiled_runs_;
   }
+  if (detect_anomaly_ && !chains_.empty()) bind_locals_unsliced();  // its chains run step by step
   for (std::size_t t = 0; t < steps_.size(); ++t) {
     if (!chain_at_.empty() && chain_at_[t] >= 0 && !detect_anomaly_) {
       const SliceChain& c = chains_[std::size_t(chain_at_[t])];

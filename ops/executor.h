@@ -74,6 +74,9 @@ class Executor {
   const Fusion& fusion() const { return fusion_; }
   // How many batch-slice chains the plan runs (ExecutorOptions::slice).
   std::size_t slice_chains() const { return chains_.size(); }
+  // How many values the chains keep in per-thread scratch instead of the arena: those only
+  // the same slice's pass reads (attention's scores, weights and their gradients).
+  std::size_t chain_local_values() const;
   // How many of the chains' matrix products skip a mask's zeros (ExecutorOptions::masked).
   std::size_t masked_products() const;
   // Steps of the flat loop (a fused group is one).
@@ -142,17 +145,25 @@ class Executor {
     std::int64_t out_elems = 0;                        // values of the output per slice
     std::int64_t extent = 0;                           // a group's rows (or flat values) per slice
     std::shared_ptr<const MaskedBlocks> masked;        // a matmul that skips a mask's zeros, or null
+    // Values only this slice's pass reads live in a per-thread scratch block (local_off_):
+    // per read, the output and (groups) the stored members, the byte offset there or -1.
+    std::vector<std::int64_t> in_local, stored_local;
+    std::int64_t out_local = -1;
+    bool any_local = false;
   };
   struct SliceChain {
     std::size_t first = 0, last = 0;  // positions in order_ of its first and last step nodes, then step indices
     Shape lead;                       // L
     std::int64_t slices = 0;
     std::vector<SliceStep> steps;     // per step of the chain
+    std::size_t scratch_bytes = 0;    // a thread's scratch for one slice's local values
   };
   // The phases of the constructor, in order.
   static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, const ExecutorOptions& options);
   void number_order();  // step_of_ from order_
   void plan_slices();  // finds the chains (positions in order_), before plan_memory
+  void plan_locals();  // the chains' values read only inside one slice's pass, before plan_memory
+  void bind_locals_unsliced();  // full-size storage for them, when a run goes step by step
   void bind_slices();  // the chains' step indices and per-slice shapes, after make_steps
   void run_chain(const SliceChain& c);
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
@@ -179,6 +190,11 @@ class Executor {
   std::vector<SliceChain> chains_;
   std::vector<int> chain_at_;  // per step: the chain starting there, or -1
   bool masked_ = false;        // ExecutorOptions::masked
+  // Per node of g_: its byte offset in its chain's per-thread scratch when only the chain's
+  // pass over one slice reads it (no arena place), else -1. Run step by step (anomaly
+  // mode), such values get full-size storage of their own (local_full_), made on demand.
+  std::vector<std::int64_t> local_off_;
+  std::unique_ptr<void, void (*)(void*)> local_full_{nullptr, aligned_free};
   std::vector<View> views_;          // per node id (valid for planned nodes)
   std::vector<char> kept_;           // per node id: readable after run
   std::vector<Tensor> inputs_;       // storage for input nodes, by node id

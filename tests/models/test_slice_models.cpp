@@ -36,11 +36,17 @@ TEST_CASE("slice: a GPT's loss, logits and gradients are unchanged by batch-slic
       ps.init_missing(g, 4);
       std::vector<Tensor> want;
       const int before = num_threads();
+      std::size_t unshared0 = 0;
       for (int threads : {1, 2})
         for (int mode : {0, 1, 2}) {  // step by step, sliced, sliced plan in anomaly mode
           set_num_threads(threads);
           Executor ex(g, outs, ps, 9, {.slice = mode > 0});
           if (mode > 0) CHECK(ex.slice_chains() >= 4);  // forward and backward attention, both layers
+          // The (T, T) values only a slice's own pass reads live in per-thread scratch, not
+          // the arena (2 layers: 3 each here; the step-by-step plan stores them all).
+          if (mode > 0) CHECK(ex.chain_local_values() >= 2 * std::size_t(c.n_layer));
+          if (mode == 0) unshared0 = ex.unshared_bytes();
+          else CHECK(ex.unshared_bytes() < unshared0);
           ex.set_detect_anomaly(mode == 2);
           ex.set_input("tokens", tokens);
           ex.set_input("targets", targets);
