@@ -44,9 +44,7 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   order_ = ancestors(g_, outputs_);
   number_order();
   if (options.fuse) {
-    std::vector<NodeId> kept = outputs_;  // outputs and checked nodes keep their values
-    for (const Graph::Check& c : g_.checks()) kept.push_back(c.node);
-    fusion_ = fuse_elementwise(g_, order_, kept);
+    fusion_ = fuse_elementwise(g_, order_, read_after_steps());
   }
   user_order_.assign(order_.size(), -1);
   for (NodeId id = 0; id < g.size(); ++id)
@@ -69,6 +67,12 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
 bool slice_by_default() {
   const char* env = std::getenv("GG_SLICE");
   return !(env && std::string(env) == "0");
+}
+
+std::vector<NodeId> Executor::read_after_steps() const {
+  std::vector<NodeId> ids = outputs_;
+  for (const Graph::Check& c : g_.checks()) ids.push_back(c.node);
+  return ids;
 }
 
 bool masked_by_default() {
@@ -245,8 +249,7 @@ void Executor::plan_locals() {
   local_off_.assign(std::size_t(g_.size()), -1);
   if (chains_.empty()) return;
   std::vector<char> kept(std::size_t(g_.size()), 0);
-  for (NodeId o : outputs_) kept[std::size_t(o)] = 1;
-  for (const Graph::Check& c : g_.checks()) kept[std::size_t(c.node)] = 1;
+  for (NodeId id : read_after_steps()) kept[std::size_t(id)] = 1;
   auto made_at = [&](NodeId id) {  // where a value is computed: a group member's at its root
     const int gi = group_at(id);
     return step_of_[std::size_t(gi >= 0 ? fusion_.groups[std::size_t(gi)].root : id)];
@@ -301,11 +304,7 @@ void Executor::bind_slices() {
   chain_at_.assign(steps_.size(), -1);
   if (chains_.empty()) return;
   std::vector<MaskedProduct> masked;  // per node of g_: how a product may skip a mask's zeros
-  if (masked_) {
-    std::vector<NodeId> kept = outputs_;  // read after the run or by a check: every value computed
-    for (const Graph::Check& c : g_.checks()) kept.push_back(c.node);
-    masked = find_masked_products(g_, order_, kept);
-  }
+  if (masked_) masked = find_masked_products(g_, order_, read_after_steps());
   std::vector<int> step_at(order_.size(), -1);  // position in order_ -> step index
   for (std::size_t t = 0; t < steps_.size(); ++t) step_at[std::size_t(step_of_[std::size_t(steps_[t].id)])] = int(t);
   for (std::size_t ci = 0; ci < chains_.size(); ++ci) {

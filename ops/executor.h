@@ -172,6 +172,9 @@ class Executor {
   void plan_checks(const std::vector<int>& step_of);
   void run_check(std::size_t c) const;
   NodeId planned_id(NodeId user_id) const;
+  // The outputs and the checked nodes: values read after their step (by the caller or a
+  // check), so every one of them is computed and stored in full.
+  std::vector<NodeId> read_after_steps() const;
   void check_anomaly(const Step& st) const;  // throws GraphError if st's output is not finite
   void check_value(const Step& st, NodeId id, const View& v) const;
   bool never_stored(NodeId id) const;  // a member of a fused group read only inside it
