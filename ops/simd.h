@@ -42,6 +42,17 @@ inline vf erf(const vf& x) {
   static_assert(width == 16);  // one register holds a table: a lane permute looks it up
   const __m512i i = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_mul_ps(a, _mm512_set1_ps(4.f)), _mm512_set1_ps(15.f)));
   auto lookup = [&](const float* table) { return vf(_mm512_permutexvar_ps(i, _mm512_load_ps(table))); };
+#elif defined(__AVX2__)
+  // Two registers hold a table: a lane permute of each (it reads the index's low 3 bits),
+  // then a blend on i > 7. xsimd's gather here is eight scalar inserts (3.3 ns a value on a
+  // Zen 3, 12% of the small GPT's step); the permutes take 0.37 ns.
+  static_assert(width == 8);
+  const __m256i i = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_mul_ps(a, _mm256_set1_ps(4.f)), _mm256_set1_ps(15.f)));
+  const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(7)));
+  auto lookup = [&](const float* table) {
+    return vf(_mm256_blendv_ps(_mm256_permutevar8x32_ps(_mm256_load_ps(table), i),
+                               _mm256_permutevar8x32_ps(_mm256_load_ps(table + 8), i), upper));
+  };
 #else
   const auto i = xsimd::to_int(xsimd::min(a * vf(4.f), vf(15.f)));
   auto lookup = [&](const float* table) { return vf::gather(table, i); };
