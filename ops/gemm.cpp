@@ -12,7 +12,7 @@
 #include <new>
 #include <utility>
 
-#if defined(__AVX512F__) && !defined(GG_SCALAR)
+#if (defined(__AVX512F__) || defined(__AVX2__)) && !defined(GG_SCALAR)
 #include <immintrin.h>
 #endif
 
@@ -58,7 +58,8 @@ inline vec vsplat(float x) { return x; }
 inline vec vfma(const vec& a, const vec& b, const vec& c) { return simd::fma(a, b, c); }
 
 #if defined(__AVX512F__) && !defined(GG_SCALAR)
-#define GG_PACK_TRANSPOSE16 1
+#define GG_PACK_TRANSPOSE 1
+constexpr int TW = 16;  // the transpose block: TW x TW values, a register a row
 // Transposes a 16 x 16 block held as 16 rows (r[i] = row i) in registers: 32-bit, then
 // 64-bit interleaves, then two rounds of 128-bit lane shuffles. Packing a row-major
 // operand into k-major slivers is a transpose; done 256 values at a time this way it costs
@@ -88,14 +89,55 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
-// dst[k * stride + i] = src[i * ld + k] for i < rows (<= 16), k in [0, 16): 16 columns of
+// dst[k * stride + i] = src[i * ld + k] for i < rows (<= TW), k in [0, TW): TW columns of
 // `rows` rows, transposed. Stores write exactly `rows` floats per k (masked).
-inline void transpose_rows16(const float* src, std::int64_t ld, int rows, float* dst, std::int64_t stride) {
+inline void transpose_rows(const float* src, std::int64_t ld, int rows, float* dst, std::int64_t stride,
+                           int /*whole: AVX-512's masked stores are fast*/ = 0) {
   __m512 r[16];
   for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_ps(src + i * ld) : _mm512_setzero_ps();
   transpose16(r);
   const __mmask16 m = __mmask16((1u << rows) - 1u);
   for (int k = 0; k < 16; ++k) _mm512_mask_storeu_ps(dst + k * stride, m, r[k]);
+}
+#elif defined(__AVX2__) && !defined(GG_SCALAR)
+#define GG_PACK_TRANSPOSE 1
+constexpr int TW = 8;
+// Transposes an 8 x 8 block held as 8 rows in registers: 32-bit and 64-bit interleaves
+// within 128-bit lanes, then one round of lane swaps.
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int q = 0; q < 2; ++q) {
+    u[4 * q + 0] = _mm256_shuffle_ps(t[4 * q + 0], t[4 * q + 2], 0x44);
+    u[4 * q + 1] = _mm256_shuffle_ps(t[4 * q + 0], t[4 * q + 2], 0xee);
+    u[4 * q + 2] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
+    u[4 * q + 3] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xee);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+    r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+  }
+}
+// The first n lanes (n <= 8).
+inline __m256i lanes(int n) { return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); }
+// As the AVX-512 transpose_rows, but AVX2's masked stores are slower than whole ones:
+// with rows < 8, k-rows below `whole` are stored whole, their lanes past `rows` written as
+// zeros. The caller passes how many k-rows land that on padding or on values that a later
+// store of the same pack overwrites.
+inline void transpose_rows(const float* src, std::int64_t ld, int rows, float* dst, std::int64_t stride,
+                           int whole = 8) {
+  __m256 r[8];
+  for (int i = 0; i < 8; ++i) r[i] = i < rows ? _mm256_loadu_ps(src + i * ld) : _mm256_setzero_ps();
+  transpose8(r);
+  if (rows == 8) whole = 8;
+  for (int k = 0; k < whole; ++k) _mm256_storeu_ps(dst + k * stride, r[k]);
+  if (whole < 8) {
+    const __m256i m = lanes(rows);
+    for (int k = whole; k < 8; ++k) _mm256_maskstore_ps(dst + k * stride, m, r[k]);
+  }
 }
 #endif
 
@@ -159,10 +201,14 @@ void pack_a(const Problem& P, i64 i0, i64 mc, i64 p0, i64 kc, float* Ap) {
     const i64 mr = std::min<i64>(MR, mc - s);
     float* dst = Ap + s * kc;
     if (P.ta) {  // A is (K, M): rows of A are columns of op(A), contiguous in i
-#ifdef GG_PACK_TRANSPOSE16
+#if defined(GG_PACK_TRANSPOSE) && defined(__AVX512F__)
       const __mmask16 m = __mmask16((1u << mr) - 1u);  // mr <= MR = 12 floats a row
       for (i64 k = 0; k < kc; ++k)
         _mm512_mask_storeu_ps(dst + k * MR, m, _mm512_maskz_loadu_ps(m, P.A + (p0 + k) * P.lda + i0 + s));
+#elif defined(GG_PACK_TRANSPOSE)
+      const __m256i m = lanes(int(mr));  // mr <= MR = 6 floats a row
+      for (i64 k = 0; k < kc; ++k)
+        _mm256_maskstore_ps(dst + k * MR, m, _mm256_maskload_ps(P.A + (p0 + k) * P.lda + i0 + s, m));
 #else
       for (i64 k = 0; k < kc; ++k) {
         const float* src = P.A + (p0 + k) * P.lda + i0 + s;
@@ -171,9 +217,12 @@ void pack_a(const Problem& P, i64 i0, i64 mc, i64 p0, i64 kc, float* Ap) {
 #endif
     } else {  // A is (M, K): read each row contiguously, write with stride MR
       i64 k0 = 0;
-#ifdef GG_PACK_TRANSPOSE16
-      for (; k0 + 16 <= kc; k0 += 16)  // 16 columns at a time, transposed in registers
-        transpose_rows16(P.A + (i0 + s) * P.lda + p0 + k0, P.lda, int(mr), dst + k0 * MR, MR);
+#ifdef GG_PACK_TRANSPOSE
+      // TW columns at a time, transposed in registers. A whole store of k-row k spills into
+      // k + 1's first values (or the sliver's missing rows), which k + 1 then writes: all
+      // but the block's last k-row may be stored whole.
+      for (; k0 + TW <= kc; k0 += TW)
+        transpose_rows(P.A + (i0 + s) * P.lda + p0 + k0, P.lda, int(mr), dst + k0 * MR, MR, TW - 1);
 #endif
       for (i64 i = 0; i < mr; ++i) {
         const float* src = P.A + (i0 + s + i) * P.lda + p0;
@@ -191,11 +240,11 @@ void pack_b(const Problem& P, i64 j0, i64 nc, i64 p0, i64 kc, float* Bp) {
     float* dst = Bp + s * kc;
     if (P.tb) {  // B is (N, K): read each row (a column of op(B)) contiguously
       i64 k0 = 0;
-#ifdef GG_PACK_TRANSPOSE16
-      for (; k0 + 16 <= kc; k0 += 16)  // 16 columns at a time, in blocks of 16 rows
-        for (i64 j = 0; j < nr; j += 16)
-          transpose_rows16(P.B + (j0 + s + j) * P.ldb + p0 + k0, P.ldb, int(std::min<i64>(16, nr - j)),
-                           dst + k0 * NR + j, NR);
+#ifdef GG_PACK_TRANSPOSE
+      for (; k0 + TW <= kc; k0 += TW)  // TW columns at a time, in blocks of TW rows
+        for (i64 j = 0; j < nr; j += TW)
+          transpose_rows(P.B + (j0 + s + j) * P.ldb + p0 + k0, P.ldb, int(std::min<i64>(TW, nr - j)),
+                         dst + k0 * NR + j, NR, TW);  // lanes past nr: padding, zeroed below
 #endif
       for (i64 j = 0; j < nr; ++j) {
         const float* src = P.B + (j0 + s + j) * P.ldb + p0;
