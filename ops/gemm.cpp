@@ -206,9 +206,11 @@ void pack_a(const Problem& P, i64 i0, i64 mc, i64 p0, i64 kc, float* Ap) {
       for (i64 k = 0; k < kc; ++k)
         _mm512_mask_storeu_ps(dst + k * MR, m, _mm512_maskz_loadu_ps(m, P.A + (p0 + k) * P.lda + i0 + s));
 #elif defined(GG_PACK_TRANSPOSE)
-      const __m256i m = lanes(int(mr));  // mr <= MR = 6 floats a row
-      for (i64 k = 0; k < kc; ++k)
-        _mm256_maskstore_ps(dst + k * MR, m, _mm256_maskload_ps(P.A + (p0 + k) * P.lda + i0 + s, m));
+      // mr <= MR = 6 floats a row, read masked (past them may lie past A). A whole store
+      // spills onto k + 1's first values, which the next store writes: all but the last.
+      const __m256i m = lanes(int(mr));
+      for (i64 k = 0; k + 1 < kc; ++k) _mm256_storeu_ps(dst + k * MR, _mm256_maskload_ps(P.A + (p0 + k) * P.lda + i0 + s, m));
+      _mm256_maskstore_ps(dst + (kc - 1) * MR, m, _mm256_maskload_ps(P.A + (p0 + kc - 1) * P.lda + i0 + s, m));
 #else
       for (i64 k = 0; k < kc; ++k) {
         const float* src = P.A + (p0 + k) * P.lda + i0 + s;
