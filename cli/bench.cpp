@@ -34,7 +34,28 @@ namespace {
 using train::InputError;
 using clock_type = std::chrono::steady_clock;
 
-// "AMD EPYC (2 CPUs)": the first "model name" of /proc/cpuinfo and the online CPU count.
+// Whether this CPU runs AVX-512 (F) instructions.
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+// The widest vector ISA the CPU has, as the figures depend on it: "AVX-512", "AVX2+FMA", ...
+std::string cpu_vector_isa() {
+#if defined(__x86_64__) || defined(__i386__)
+  if (cpu_has_avx512()) return "AVX-512";
+  if (__builtin_cpu_supports("avx2")) return __builtin_cpu_supports("fma") ? "AVX2+FMA, no AVX-512" : "AVX2, no AVX-512";
+  return "no AVX2";
+#else
+  return "not x86";
+#endif
+}
+
+// "AMD EPYC (2 CPUs, AVX2+FMA, no AVX-512)": the first "model name" of /proc/cpuinfo, the
+// online CPU count and the vector ISA.
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
   std::string line, name = "unknown CPU";
@@ -44,7 +65,7 @@ std::string cpu_model() {
       if (colon != std::string::npos) name = line.substr(line.find_first_not_of(" \t", colon + 1));
       break;
     }
-  return fmt::format("{} ({} CPUs)", name, std::thread::hardware_concurrency());
+  return fmt::format("{} ({} CPUs, {})", name, std::thread::hardware_concurrency(), cpu_vector_isa());
 }
 
 // The 1-minute load average (/proc/loadavg), or -1: how busy the machine was.
@@ -148,7 +169,9 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
   const char* env_core = std::getenv("OPENBLAS_CORETYPE");
   const char* env_l2 = std::getenv("OPENBLAS_L2_SIZE");
   // Core types: the environment's (if it sets one), OpenBLAS's own detection (both
-  // variables unset, as the machine's note says to benchmark), and SkylakeX.
+  // variables unset, as the machine's note says to benchmark), and SkylakeX; on a CPU
+  // without AVX-512, where SkylakeX's kernels die of an illegal instruction, Haswell's
+  // (AVX2) instead, so that two core types are still compared.
   struct Core {
     std::string name, env;
   };
@@ -158,9 +181,14 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
                                        env_l2 ? fmt::format(" OPENBLAS_L2_SIZE={}", env_l2) : ""),
                            ""});
   cores_tried.push_back({"detected (OPENBLAS_CORETYPE unset)", "-u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE"});
-  cores_tried.push_back({"SkylakeX", "-u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX"});
+  const bool avx512 = cpu_has_avx512();
+  if (avx512) cores_tried.push_back({"SkylakeX", "-u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX"});
+  else cores_tried.push_back({"Haswell", "-u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=Haswell"});
   fmt::print("PyTorch {} ({}), {} steps after {} warm-up per setting; the machine's OPENBLAS_CORETYPE is {}\n", version,
              python, a.torch_steps > 0 ? a.torch_steps : a.steps, a.warmup, env_core ? env_core : "unset");
+  if (!avx512)
+    fmt::print("OPENBLAS_CORETYPE=SkylakeX not tried: this CPU has no AVX-512 (its kernels would die of an illegal "
+               "instruction); Haswell (AVX2) tried instead\n");
   std::vector<TorchRun> runs;
   std::string notes;
   for (const Core& core : cores_tried)

@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
   models::GptConfig model;
   models::CharLmOptions job;
   train::TrainOptions run = models::char_lm_train_defaults();
-  TableFlags train_flags{{train::bind(job), train::bind(model), train::bind(run)}};
+  TableFlags train_flags{{train::bind(job), train::bind(model), train::bind(run)}, {}, {}};
   auto* tr = app.add_subcommand("train", "Train the character-level transformer (defaults: tinyshakespeare, 2000 steps)");
   train_flags.add_to(tr, {"vocab_size"});
 
@@ -291,7 +291,7 @@ int main(int argc, char** argv) {
   models::Seq2SeqOptions s2s_job;
   models::Seq2SeqConfig s2s_model = models::seq2seq_defaults();
   train::TrainOptions s2s_run = models::seq2seq_train_defaults();
-  TableFlags s2s_flags{{train::bind(s2s_job), train::bind(s2s_model), train::bind(s2s_run)}};
+  TableFlags s2s_flags{{train::bind(s2s_job), train::bind(s2s_model), train::bind(s2s_run)}, {}, {}};
   auto* s2s = app.add_subcommand("train-seq2seq",
                                  "Train the encoder-decoder transformer (defaults: English number words to digits)");
   s2s_flags.add_to(s2s, {"src_vocab", "tgt_vocab", "max_src_len", "max_tgt_len"});
