@@ -278,6 +278,14 @@ void pack_b(const Problem& P, i64 j0, i64 nc, i64 p0, i64 kc, float* Bp) {
 template <int ROWS, bool A_ROWS>
 void micro_kernel(i64 kc, const float* __restrict A, i64 a_step, const float* __restrict B,
                   i64 b_ks, float* C, i64 ldc, i64 n, float alpha, float beta) {
+  // The tile's rows of C are written (and with beta read) only after the kc steps: ask for
+  // their cache lines now, so that a miss (C is usually cold: a product's output is new)
+  // overlaps the sum instead of stalling the stores after it. The first and last value of
+  // each row: NR floats span two lines when the row is not 64-byte aligned.
+  for (int i = 0; i < ROWS; ++i) {
+    __builtin_prefetch(C + i * ldc, 1, 3);
+    __builtin_prefetch(C + i * ldc + n - 1, 1, 3);
+  }
   vec acc[ROWS][NV];
   for (int i = 0; i < ROWS; ++i)
     for (int v = 0; v < NV; ++v) acc[i][v] = vsplat(0.f);
