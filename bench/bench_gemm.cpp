@@ -1,6 +1,9 @@
 // bench_gemm: GFLOP/s of gg::gemm against OpenBLAS cblas_sgemm on the project's shapes and
-// on squares, median of several timed repetitions, both libraries on the same thread count.
-// Usage: OPENBLAS_CORETYPE=SkylakeX bench_gemm [threads]   (default: gg::num_threads())
+// on squares, median of several timed repetitions, both libraries on the same thread count,
+// each also as a fraction of the machine's FMA peak measured first (ops/peak.h).
+// Usage: [OPENBLAS_CORETYPE=SkylakeX|Haswell] bench_gemm [threads] [cold]
+//   threads: default gg::num_threads(); cold: every timed call comes after a 128 MB sweep
+//   that evicts the operands, as a training step's products find them (most of them cold).
 // Not a test: it checks only that the two results agree, and asserts nothing about speed.
 #include <fmt/core.h>
 
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "ops/gemm.h"
+#include "ops/peak.h"
 #include "ops/parallel.h"
 
 #ifdef GG_HAVE_OPENBLAS
@@ -64,13 +68,24 @@ constexpr int kSamples = 9;  // per library and shape; samples of gg and OpenBLA
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::max(1, std::atoi(argv[1])) : gg::num_threads();
+  const bool cold = argc > 2 && std::string(argv[2]) == "cold";
   gg::set_num_threads(threads);
+  const gg::FmaPeak peak = gg::measure_fma_peak();
+  const double peak_gf = threads == 1 ? peak.per_core_gflops : peak.total_gflops;
+  fmt::print("FMA peak {:.1f} GFLOPS on {} thread{} (ops/peak.h), {} caches\n", peak_gf, threads,
+             threads == 1 ? "" : "s", cold ? "cold (a 128 MB sweep before every timed call)" : "hot");
 #ifdef GG_HAVE_OPENBLAS
   openblas_set_num_threads(threads);
   const char* core = std::getenv("OPENBLAS_CORETYPE");
-  if (!core || std::string(core) != "SkylakeX")
-    fmt::print("note: run with OPENBLAS_CORETYPE=SkylakeX for the intended comparison "
-               "(now: {})\n", core ? core : "unset");
+#if defined(__x86_64__) || defined(__i386__)
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+#else
+  const bool avx512 = false;
+#endif
+  // OpenBLAS may pick a weak kernel for a CPU it does not know: compare with its own
+  // detection and with the best kernel set this CPU runs (SkylakeX's needs AVX-512).
+  fmt::print("note: compare with OPENBLAS_CORETYPE unset and ={} (now: {})\n", avx512 ? "SkylakeX" : "Haswell",
+             core ? core : "unset");
   fmt::print("OpenBLAS core: {}, threads: {}\n", openblas_get_corename(), threads);
 #else
   fmt::print("OpenBLAS not found at configure time: gg::gemm only. threads: {}\n", threads);
@@ -98,8 +113,12 @@ int main(int argc, char** argv) {
       {"att(64,64)^T @ dy(64,32)", true, false, 64, 32, 64},
   };
 
-  fmt::print("{:<30} {:>5} {:>5} {:>5} {:>10} {:>10} {:>9}\n", "shape (op(A) @ op(B))", "M",
-             "N", "K", "gg GF/s", "oblas GF/s", "gg/oblas");
+  fmt::print("{:<30} {:>5} {:>5} {:>5} {:>10} {:>10} {:>9} {:>8} {:>8}\n", "shape (op(A) @ op(B))", "M",
+             "N", "K", "gg GF/s", "oblas GF/s", "gg/oblas", "gg %pk", "oblas %pk");
+  std::vector<float> sweep(cold ? std::size_t(32) << 20 : 0);  // 128 MB, more than any L3 here
+  auto evict = [&] {
+    for (std::size_t i = 0; i < sweep.size(); i += 16) sweep[i] += 1.f;
+  };
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   for (const Shape& s : shapes) {
@@ -122,23 +141,28 @@ int main(int argc, char** argv) {
                   int(lda), B.data(), int(ldb), 0.f, R.data(), int(ldc));
     };
     std::vector<double> t_ob;
-    const i64 n_gg = calls_per_sample(run_gg), n_ob = calls_per_sample(run_ob);
-    for (int r = 0; r < kSamples; ++r) {  // alternate, so background load hits both alike
+    const i64 n_gg = cold ? 1 : calls_per_sample(run_gg), n_ob = cold ? 1 : calls_per_sample(run_ob);
+    for (int r = 0; r < (cold ? 3 : 1) * kSamples; ++r) {  // alternate, so background load hits both alike
+      evict();
       t_gg.push_back(sample(run_gg, n_gg));
+      evict();
       t_ob.push_back(sample(run_ob, n_ob));
     }
     const double gf_gg = flops / median(t_gg) * 1e-9, gf_ob = flops / median(t_ob) * 1e-9;
     float worst = 0.f;
     for (std::size_t i = 0; i < C.size(); ++i) worst = std::max(worst, std::abs(C[i] - R[i]));
-    fmt::print("{:<30} {:>5} {:>5} {:>5} {:>10.1f} {:>10.1f} {:>9.2f}{}\n", s.what, s.M, s.N, s.K,
-               gf_gg, gf_ob, gf_gg / gf_ob,
+    fmt::print("{:<30} {:>5} {:>5} {:>5} {:>10.1f} {:>10.1f} {:>9.2f} {:>7.1f}% {:>7.1f}%{}\n", s.what, s.M, s.N,
+               s.K, gf_gg, gf_ob, gf_gg / gf_ob, 100 * gf_gg / peak_gf, 100 * gf_ob / peak_gf,
                worst > 1e-4f * float(s.K) ? fmt::format("  MISMATCH {}", worst) : "");
 #else
-    const i64 n_gg = calls_per_sample(run_gg);
-    for (int r = 0; r < kSamples; ++r) t_gg.push_back(sample(run_gg, n_gg));
+    const i64 n_gg = cold ? 1 : calls_per_sample(run_gg);
+    for (int r = 0; r < (cold ? 3 : 1) * kSamples; ++r) {
+      evict();
+      t_gg.push_back(sample(run_gg, n_gg));
+    }
     const double gf_gg = flops / median(t_gg) * 1e-9;
-    fmt::print("{:<30} {:>5} {:>5} {:>5} {:>10.1f} {:>10} {:>9}\n", s.what, s.M, s.N, s.K, gf_gg,
-               "-", "-");
+    fmt::print("{:<30} {:>5} {:>5} {:>5} {:>10.1f} {:>10} {:>9} {:>7.1f}% {:>8}\n", s.what, s.M, s.N, s.K, gf_gg,
+               "-", "-", 100 * gf_gg / peak_gf, "-");
 #endif
   }
   fmt::print("gg/oblas > 1 means gg::gemm is faster.\n");

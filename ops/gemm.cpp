@@ -155,7 +155,10 @@ constexpr i64 MC = 48 / MR * MR;      // rows of the packed A block (MC x KC), n
 constexpr i64 NC = 1024;              // columns of the packed B panel (KC x NC): 1 MB, in L2
 constexpr i64 SMALL = 16 * 16 * 16;   // M*N*K at or below this: plain loops, no microkernel
 constexpr i64 DIRECT = 128 * 128 * 128;  // M*N*K at or below this: microkernel, no packing
-constexpr i64 DIRECT_TA = 1 << 19;        // M*K at or below this with a transposed A: no packing
+// M*K at or below this with a transposed A: no packing. Only with AVX-512's 12-row slivers
+// (48 bytes of a row of A a step); AVX2's 6-row ones read half a cache line a step and come
+// back for the other half in another call: packing measured 1.11-1.48x faster on a Zen 3.
+constexpr i64 DIRECT_TA = MR >= 12 ? i64(1) << 19 : 0;
 constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
 
 // ---- per-thread packing buffers (grown on demand, never freed per call) ------------------
@@ -430,7 +433,8 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
   // pays for itself once each packed element is reused enough. A transposed A of up to
   // DIRECT_TA values is read in place at any size: its k-major rows are already the packed
   // layout, and re-reading it from L2 costs less than copying it (the weight gradients'
-  // X^T @ G of a small model: 8-10% faster, measured).
+  // X^T @ G of a small model: 8-10% faster, measured with AVX-512 on a Zen 5; the opposite
+  // with AVX2 on a Zen 3, see DIRECT_TA).
   void (*const stripe)(const Problem&, i64, i64, i64, i64) =
       M * N * K <= DIRECT || (ta && M * K <= DIRECT_TA) ? gemm_direct : gemm_blocked;
 
