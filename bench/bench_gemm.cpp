@@ -2,8 +2,9 @@
 // on squares, median of several timed repetitions, both libraries on the same thread count,
 // each also as a fraction of the machine's FMA peak measured first (ops/peak.h).
 // Usage: [OPENBLAS_CORETYPE=SkylakeX|Haswell] bench_gemm [threads] [cold]
-//   threads: default gg::num_threads(); cold: every timed call comes after a 128 MB sweep
-//   that evicts the operands, as a training step's products find them (most of them cold).
+//   threads: default gg::num_threads(); cold: every timed call comes after a 128 MB sweep,
+//   as a product in a training step comes after other work (what the sweep leaves cold is
+//   mostly the packing buffers, the code and the worker's hand-off, not the operands).
 // Not a test: it checks only that the two results agree, and asserts nothing about speed.
 #include <fmt/core.h>
 
@@ -72,16 +73,13 @@ int main(int argc, char** argv) {
   gg::set_num_threads(threads);
   const gg::FmaPeak peak = gg::measure_fma_peak();
   const double peak_gf = threads == 1 ? peak.per_core_gflops : peak.total_gflops;
-  fmt::print("FMA peak {:.1f} GFLOPS on {} thread{} (ops/peak.h), {} caches\n", peak_gf, threads,
-             threads == 1 ? "" : "s", cold ? "cold (a 128 MB sweep before every timed call)" : "hot");
+  const int samples = (cold ? 3 : 1) * kSamples;  // cold samples are single calls: more of them
+  fmt::print("FMA peak {:.1f} GFLOPS on {} thread{} ({}, ops/peak.h), {} caches\n", peak_gf, threads,
+             threads == 1 ? "" : "s", gg::cpu_vector_isa(), cold ? "cold (a 128 MB sweep before every timed call)" : "hot");
 #ifdef GG_HAVE_OPENBLAS
   openblas_set_num_threads(threads);
   const char* core = std::getenv("OPENBLAS_CORETYPE");
-#if defined(__x86_64__) || defined(__i386__)
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-#else
-  const bool avx512 = false;
-#endif
+  const bool avx512 = gg::cpu_has_avx512();
   // OpenBLAS may pick a weak kernel for a CPU it does not know: compare with its own
   // detection and with the best kernel set this CPU runs (SkylakeX's needs AVX-512).
   fmt::print("note: compare with OPENBLAS_CORETYPE unset and ={} (now: {})\n", avx512 ? "SkylakeX" : "Haswell",
@@ -142,7 +140,7 @@ int main(int argc, char** argv) {
     };
     std::vector<double> t_ob;
     const i64 n_gg = cold ? 1 : calls_per_sample(run_gg), n_ob = cold ? 1 : calls_per_sample(run_ob);
-    for (int r = 0; r < (cold ? 3 : 1) * kSamples; ++r) {  // alternate, so background load hits both alike
+    for (int r = 0; r < samples; ++r) {  // alternate, so background load hits both alike
       evict();
       t_gg.push_back(sample(run_gg, n_gg));
       evict();
@@ -156,7 +154,7 @@ int main(int argc, char** argv) {
                worst > 1e-4f * float(s.K) ? fmt::format("  MISMATCH {}", worst) : "");
 #else
     const i64 n_gg = cold ? 1 : calls_per_sample(run_gg);
-    for (int r = 0; r < (cold ? 3 : 1) * kSamples; ++r) {
+    for (int r = 0; r < samples; ++r) {
       evict();
       t_gg.push_back(sample(run_gg, n_gg));
     }

@@ -34,26 +34,6 @@ namespace {
 using train::InputError;
 using clock_type = std::chrono::steady_clock;
 
-// Whether this CPU runs AVX-512 (F) instructions.
-bool cpu_has_avx512() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx512f");
-#else
-  return false;
-#endif
-}
-
-// The widest vector ISA the CPU has, as the figures depend on it: "AVX-512", "AVX2+FMA", ...
-std::string cpu_vector_isa() {
-#if defined(__x86_64__) || defined(__i386__)
-  if (cpu_has_avx512()) return "AVX-512";
-  if (__builtin_cpu_supports("avx2")) return __builtin_cpu_supports("fma") ? "AVX2+FMA, no AVX-512" : "AVX2, no AVX-512";
-  return "no AVX2";
-#else
-  return "not x86";
-#endif
-}
-
 // "AMD EPYC (2 CPUs, AVX2+FMA, no AVX-512)": the first "model name" of /proc/cpuinfo, the
 // online CPU count and the vector ISA.
 std::string cpu_model() {

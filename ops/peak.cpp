@@ -90,4 +90,22 @@ FmaPeak measure_fma_peak(double seconds, int repeats) {
   return p;
 }
 
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx512f");
+#else
+  return false;
+#endif
+}
+
+std::string cpu_vector_isa() {
+#if defined(__x86_64__) || defined(__i386__)
+  if (cpu_has_avx512()) return "AVX-512";
+  if (__builtin_cpu_supports("avx2")) return __builtin_cpu_supports("fma") ? "AVX2+FMA, no AVX-512" : "AVX2, no AVX-512";
+  return "no AVX2";
+#else
+  return "not x86";
+#endif
+}
+
 }  // namespace gg

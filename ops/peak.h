@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace gg {
 
@@ -19,5 +20,12 @@ struct FmaPeak {
 // Measures both figures, each as the best of `repeats` runs of about `seconds` each.
 // Requires seconds > 0 and repeats >= 1. Counts an FMA as 2 flops per float.
 FmaPeak measure_fma_peak(double seconds = 0.05, int repeats = 10);
+
+// Whether this CPU runs AVX-512 (F) instructions (false off x86).
+bool cpu_has_avx512();
+
+// The widest vector ISA this CPU has, which the figures depend on: "AVX-512",
+// "AVX2+FMA, no AVX-512", "AVX2, no AVX-512", "no AVX2" or "not x86".
+std::string cpu_vector_isa();
 
 }  // namespace gg

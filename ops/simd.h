@@ -45,7 +45,7 @@ inline vf erf(const vf& x) {
 #elif defined(__AVX2__)
   // Two registers hold a table: a lane permute of each (it reads the index's low 3 bits),
   // then a blend on i > 7. xsimd's gather here is eight scalar inserts (3.3 ns a value on a
-  // Zen 3, 12% of the small GPT's step); the permutes take 0.37 ns.
+  // Zen 3, 12% of the small GPT's step); the permutes take 1.5 ns.
   static_assert(width == 8);
   const __m256i i = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_mul_ps(a, _mm256_set1_ps(4.f)), _mm256_set1_ps(15.f)));
   const __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(i, _mm256_set1_epi32(7)));
