@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   const bool cold = argc > 2 && std::string(argv[2]) == "cold";
   gg::set_num_threads(threads);
   const gg::FmaPeak peak = gg::measure_fma_peak();
-  const double peak_gf = threads == 1 ? peak.per_core_gflops : peak.total_gflops;
+  const double peak_gf = threads == 1 ? peak.per_core_gflops : peak.reference_gflops();
   const int samples = (cold ? 3 : 1) * kSamples;  // cold samples are single calls: more of them
   fmt::print("FMA peak {:.1f} GFLOPS on {} thread{} ({}, ops/peak.h), {} caches\n", peak_gf, threads,
              threads == 1 ? "" : "s", gg::cpu_vector_isa(), cold ? "cold (a 128 MB sweep before every timed call)" : "hot");
