@@ -27,6 +27,18 @@ inline vf exp(const vf& x) { return xsimd::exp(x); }
 inline vf log(const vf& x) { return xsimd::log(x); }
 inline vf sqrt(const vf& x) { return xsimd::sqrt(x); }
 inline vf tanh(const vf& x) { return xsimd::tanh(x); }
+// a * b + c rounded once. Debian's xsimd has no AVX-512 fma kernel: its generic one is
+// a * b + c, which GCC fuses only where it contracts (-O2 and up), so at -O1 the SIMD erf's
+// body and its scalar tail (std::fma) differed in the last bit, and the GEMM and the FMA
+// probe ran a multiply and an add. The intrinsic says what is meant at every level.
+inline vf fma(const vf& a, const vf& b, const vf& c) {
+#if defined(__AVX512F__)
+  static_assert(width == 16);
+  return vf(_mm512_fmadd_ps(a, b, c));
+#else
+  return xsimd::fma(a, b, c);
+#endif
+}
 // erf by table (ops/erf_table.h, made by tools/fit_erf.py): a = |x|, interval i = floor(4a)
 // (at most 15), p = the degree-7 polynomial of interval i in t = a - center[i] by Horner
 // with fused multiply-adds, at most 1; exactly 1 from erf_one_from (3.92) on, where erf
@@ -59,13 +71,12 @@ inline vf erf(const vf& x) {
 #endif
   const vf t = a - lookup(erf_center);
   vf p = lookup(erf_coef[erf_degree]);
-  for (int d = erf_degree - 1; d >= 0; --d) p = xsimd::fma(p, t, lookup(erf_coef[d]));
+  for (int d = erf_degree - 1; d >= 0; --d) p = fma(p, t, lookup(erf_coef[d]));
   p = xsimd::select(p > vf(1.f), vf(1.f), p);
   p = xsimd::select(a >= vf(erf_one_from), vf(1.f), p);
   return xsimd::bitwise_or(p, xsimd::bitwise_and(x, vf(-0.f)));
 }
 inline vf max(const vf& a, const vf& b) { return xsimd::max(a, b); }
-inline vf fma(const vf& a, const vf& b, const vf& c) { return xsimd::fma(a, b, c); }
 inline float hsum(const vf& v) { return xsimd::hadd(v); }
 using mask = xsimd::batch_bool<float>;  // one register of comparison results
 // a where m, else b (bit for bit: a selection, no arithmetic).
