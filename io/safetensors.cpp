@@ -413,6 +413,7 @@ File read_from(const ReadAt& read_at, std::uint64_t file_size, const std::string
       }
       continue;
     }
+    if (name.empty()) throw Error(fmt::format("{}: a tensor needs a non-empty name", path));
     slots.push_back(parse_entry(name, value, data_size, path));
   }
 

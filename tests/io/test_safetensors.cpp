@@ -397,6 +397,15 @@ TEST_CASE("safetensors: __metadata__") {
   CHECK(header_error(R"({"__metadata__":{},)" + x_ok + "}") == "no error");
 }
 
+TEST_CASE("safetensors: a tensor with an empty name is refused on reading, as on writing") {
+  // Found by fuzz_safetensors (CI, 2026-12-02): the reader accepted {"": {...}}, which
+  // File::add refuses and no lookup by name can reach.
+  CHECK(header_error(R"({"":{"dtype":"F32","shape":[],"data_offsets":[0,4]}})", 4) ==
+        "a tensor needs a non-empty name");
+  CHECK(header_error("{" + x_ok + R"(,"":{"dtype":"F32","shape":[],"data_offsets":[24,28]}})", 28) ==
+        "a tensor needs a non-empty name");
+}
+
 TEST_CASE("safetensors: every truncation of a valid file is an Error, never a crash") {
   File f;
   f.metadata["m"] = "v";
