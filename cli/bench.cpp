@@ -79,10 +79,10 @@ FmaPeak print_peak(const std::string& cpu) {
              p.per_core_gflops, cpu, p.chains, p.vector_floats);
   fmt::print("peak_gflops {:.1f} ({} threads, one per core through the thread pool; {})\n", p.total_gflops, p.threads,
              cpu);
-  if (!p.concurrent)
+  if (!p.concurrent())
     fmt::print("peak_note the {} threads reached only {:.0f}% of {} x the per-core figure in {} rounds of the probe (a vCPU "
                "held by other work); fractions below are of {} x per-core = {:.1f} GFLOPS\n",
-               p.threads, 100.0 * p.total_gflops / (p.threads * p.per_core_gflops), p.threads, p.total_rounds, p.threads,
+               p.threads, 100.0 * p.concurrency(), p.threads, p.total_rounds, p.threads,
                p.reference_gflops());
   return p;
 }
@@ -310,8 +310,9 @@ int run_bench(const BenchCommand& a) {
              *std::max_element(ms.begin(), ms.end()), fb_ms, step_ms - fb_ms);
   fmt::print("tokens_per_s {:.0f}\n", double(flops.tokens) / (step_ms * 1e-3));
   fmt::print("gflops {:.4g}\n", gflops);
-  fmt::print("fraction_of_peak {:.4g} ({:.1f}% of {:.1f} GFLOPS on {} threads; {})\n", gflops / peak.reference_gflops(),
-             100.0 * gflops / peak.reference_gflops(), peak.reference_gflops(), peak.threads, cpu);
+  const double ref = peak.reference_gflops();
+  fmt::print("fraction_of_peak {:.4g} ({:.1f}% of {:.1f} GFLOPS on {} threads; {})\n", gflops / ref, 100.0 * gflops / ref,
+             ref, peak.threads, cpu);
   const double rss = peak_rss_mib();
   fmt::print("peak_rss_mib {:.1f}\n", rss);
   fmt::print("load_average {:.2f} (1 minute, {} CPUs: above 0 means other work shared the machine)\n", load_average(),

@@ -90,8 +90,7 @@ FmaPeak measure_fma_peak(double seconds, int repeats) {
   while (p.total_rounds < FmaPeak::max_total_rounds) {
     if (p.total_rounds++ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     for (int r = 0; r < repeats; ++r) p.total_gflops = std::max(p.total_gflops, run_once(p.threads, iters));
-    p.concurrent = p.total_gflops >= FmaPeak::concurrent_share * p.threads * p.per_core_gflops;
-    if (p.concurrent) break;
+    if (p.concurrent()) break;
   }
   return p;
 }

@@ -15,24 +15,26 @@ struct FmaPeak {
   int threads = 0;             // the pool's thread count during the measurement
   int vector_floats = 0;       // floats per register the loop ran on (1 in the scalar build)
   int chains = 0;              // independent accumulators per thread
-  // Whether the threads ran at once: the all-threads figure reached concurrent_share of
-  // threads x per_core_gflops (on a shared VM a vCPU can be held by the host for the whole
-  // probe, and then the figure is one core's, not the machine's).
-  bool concurrent = false;
   int total_rounds = 0;  // rounds of `repeats` runs the all-threads figure took (at most max_total_rounds)
 
   static constexpr double concurrent_share = 0.85;
   static constexpr int max_total_rounds = 5;
 
+  // The all-threads figure as a share of threads x per_core_gflops.
+  double concurrency() const { return total_gflops / (threads * per_core_gflops); }
+  // Whether the threads ran at once: that share reached concurrent_share (on a shared VM a
+  // vCPU can be held by the host for the whole probe, and then the figure is one core's).
+  bool concurrent() const { return concurrency() >= concurrent_share; }
+
   // What a kernel's GFLOPS are compared against: the all-threads figure when the threads ran
   // at once, else threads x per_core_gflops (larger than what was seen: a fraction of it
   // never flatters).
-  double reference_gflops() const { return concurrent ? total_gflops : threads * per_core_gflops; }
+  double reference_gflops() const { return concurrent() ? total_gflops : threads * per_core_gflops; }
 };
 
 // Measures both figures, each as the best of `repeats` runs of about `seconds` each; the
 // all-threads figure takes up to max_total_rounds such rounds, 50 ms apart, until the
-// threads run at once (FmaPeak::concurrent). Requires seconds > 0 and repeats >= 1. Counts
+// threads run at once (FmaPeak::concurrent()). Requires seconds > 0 and repeats >= 1. Counts
 // an FMA as 2 flops per float.
 FmaPeak measure_fma_peak(double seconds = 0.05, int repeats = 10);
 
