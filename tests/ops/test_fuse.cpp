@@ -304,3 +304,101 @@ TEST_CASE("fuse: GG_FUSE=0 turns the pass off for executors built afterwards") {
   unsetenv("GG_FUSE");
   CHECK(Executor(g, {out}, ps, 0, {.fuse = false}).fusion().groups.empty());
 }
+
+namespace {
+// Runs outs with GEMM epilogues off and on at 1 and 2 threads; all must agree bit for bit.
+// Returns how many epilogues the plan with them on has.
+std::size_t same_with_epilogues_and_not(const Graph& g, const std::vector<NodeId>& outs,
+                                        const std::vector<std::pair<std::string, std::vector<float>>>& feeds) {
+  ParamStore ps;
+  ps.init_missing(g, 3);
+  std::vector<std::vector<float>> first;
+  std::size_t count = 0;
+  const int before = num_threads();
+  for (int threads : {1, 2})
+    for (bool epilogue : {false, true}) {
+      set_num_threads(threads);
+      Executor ex(g, outs, ps, 1, {.epilogue = epilogue});
+      if (epilogue) count = ex.epilogues();
+      else CHECK(ex.epilogues() == 0);
+      for (const auto& [name, v] : feeds) ex.set_input(name, v);
+      ex.run();
+      for (std::size_t o = 0; o < outs.size(); ++o) {
+        const Tensor t = ex.get(outs[o]);
+        if (first.size() <= o) first.push_back(t.to_vector());
+        INFO("output " << o << " threads " << threads << " epilogue " << epilogue);
+        CHECK(std::memcmp(t.data(), first[o].data(), first[o].size() * 4) == 0);
+      }
+    }
+  set_num_threads(before);
+  return count;
+}
+}  // namespace
+
+TEST_CASE("epilogue: a group reading a product row by row runs on the GEMM's finished rows, same bits") {
+  // 150 rows: three whole blocks of 48 and a short one; depth 40 and 300 (two passes).
+  for (std::int64_t K : {40, 300}) {
+    CAPTURE(K);
+    Graph g;
+    NodeId x = op::input(g, "x", {3, 50, K});
+    NodeId w1 = op::param(g, "w1", {96, K}, {Init::normal, 0.f, 0.5f});
+    NodeId b1 = op::param(g, "b1", {96}, {Init::normal, 0.f, 0.5f});
+    NodeId w2 = op::param(g, "w2", {K, 96}, {Init::normal, 0.f, 0.5f});
+    // A row group with a bias row and erf (GELU), then a row group with a row reduction and
+    // a residual (x + h - mean): both read their product's output row by row.
+    NodeId h = op::add(g, op::matmul(g, x, w1, false, true), b1);
+    NodeId gelu = op::mul(g, op::mul(g, op::scalar(g, 0.5f), h),
+                          op::add(g, op::scalar(g, 1.f), op::erf(g, op::div(g, h, op::scalar(g, 1.4142135f)))));
+    NodeId y = op::add(g, op::matmul(g, gelu, w2, false, true), x);
+    NodeId out = op::sub(g, y, op::expand(g, op::sum(g, y, -1, true), {3, 50, K}));
+    CHECK(same_with_epilogues_and_not(g, {out}, {{"x", test::wave(3 * 50 * K, 2.f, 0, 0.37)}}) == 2);
+  }
+}
+
+TEST_CASE("epilogue: a flat group on a 2-D product, and a product whose operand dies at it") {
+  // a = tanh(x) is read only by the product, transposed: A is (K, M), packed a block of 48
+  // columns at a time. Its place is free once the product's step is over, and the group's
+  // output (smaller) would take it: its first rows, written as the GEMM finishes block 0,
+  // would overwrite the first k-rows of A that block 1 has yet to read, unless the operands
+  // live until the group has run (at 1 thread this fails every time without that).
+  Graph g;
+  NodeId x = op::input(g, "x", {256, 2100});
+  NodeId w = op::param(g, "w", {256, 64}, {Init::normal, 0.f, 0.5f});
+  NodeId a = op::tanh(g, x);
+  NodeId p = op::matmul(g, a, w, true, false);  // (2100, 64)
+  NodeId out = op::exp(g, op::mul(g, p, op::scalar(g, 0.25f)));
+  CHECK(same_with_epilogues_and_not(g, {out}, {{"x", test::wave(256 * 2100, 1.5f, 0, 0.61)}}) == 1);
+}
+
+TEST_CASE("epilogue: not for a group that is not the next step, one that reads across rows, or a batched product") {
+  Graph g;
+  NodeId x = op::input(g, "x", {4, 16, 32});
+  NodeId k = op::input(g, "k", {4, 16, 32});
+  NodeId w = op::param(g, "w", {32, 32}, {Init::normal, 0.f, 0.5f});
+  // A product per batch (both operands batched): many GEMMs, no rows of one to report.
+  NodeId s = op::matmul(g, x, k, false, true);
+  NodeId soft = op::exp(g, op::sub(g, s, op::expand(g, op::max(g, s, -1, true), {4, 16, 16})));
+  // A row group reading the product transposed (a permute first): not row by row.
+  NodeId p = op::matmul(g, x, w, false, false);
+  NodeId t = op::mul(g, op::permute(g, p, {0, 2, 1}), op::scalar(g, 2.f));
+  ParamStore ps;
+  ps.init_missing(g, 3);
+  Executor ex(g, {soft, t}, ps, 1, {.slice = false, .epilogue = true});
+  CHECK(ex.epilogues() == 0);
+  CHECK(same_with_epilogues_and_not(g, {soft, t}, {{"x", test::wave(4 * 16 * 32, 1.f, 0, 0.3)},
+                                                   {"k", test::wave(4 * 16 * 32, 1.f, 1, 0.3)}}) == 0);
+}
+
+TEST_CASE("epilogue: GG_EPILOGUE=0 turns it off for executors built afterwards") {
+  Graph g;
+  NodeId x = op::input(g, "x", {96, 32});
+  NodeId w = op::param(g, "w", {32, 32}, {Init::normal, 0.f, 0.5f});
+  NodeId out = op::tanh(g, op::mul(g, op::matmul(g, x, w, false, false), op::scalar(g, 3.f)));
+  ParamStore ps;
+  ps.init_missing(g, 3);
+  CHECK(Executor(g, {out}, ps).epilogues() == 1);
+  setenv("GG_EPILOGUE", "0", 1);
+  CHECK(Executor(g, {out}, ps).epilogues() == 0);
+  unsetenv("GG_EPILOGUE");
+  CHECK(Executor(g, {out}, ps, 0, {.epilogue = false}).epilogues() == 0);
+}
