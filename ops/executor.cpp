@@ -295,6 +295,9 @@ void Executor::plan_locals() {
 // (whole rows in order, a row group's rows as long as the product's, or a flat group of the
 // product's shape) runs that group on each block of rows as the GEMM finishes it. Any
 // split of a group's rows gives its values bit for bit (run_fused), and so does the GEMM's.
+// A later group that reads the product so, and nothing made after it, is moved up to be
+// the next step (the backward pass's GELU and layer-norm gradients come after other
+// products of the same gradient).
 void Executor::plan_epilogues() {
   epilogue_group_.assign(std::size_t(g_.size()), -1);
   if (!epilogue_ || fusion_.groups.empty()) return;
@@ -305,6 +308,16 @@ void Executor::plan_epilogues() {
     const int gi = group_at(id);
     return !op_bound_leaf(g_.node(id).op) && (gi < 0 || fusion_.groups[std::size_t(gi)].root == id);
   };
+  // Whether group gi reads product `id` (of row length N) row by row.
+  auto reads_rows = [&](int gi, NodeId id, const Node& n) {
+    const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
+    const auto in = std::find(grp.inputs.begin(), grp.inputs.end(), id);
+    if (in == grp.inputs.end()) return false;
+    const std::int64_t N = n.shape.back();
+    if (grp.flat) return g_.node(grp.root).shape == n.shape;
+    const FusedRead& rd = grp.reads[std::size_t(in - grp.inputs.begin())];
+    return grp.n == N && rd.inner == 1 && rd.step == N && numel(grp.lead) * N == numel(n.shape);
+  };
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const NodeId id = order_[s];
     const Node& n = g_.node(id);
@@ -313,18 +326,31 @@ void Executor::plan_epilogues() {
       continue;
     std::size_t t = s + 1;
     while (t < order_.size() && !is_step(t)) ++t;
-    if (t == order_.size() || chained[t] || group_at(order_[t]) < 0) continue;
-    const int gi = group_at(order_[t]);
-    const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
-    const auto in = std::find(grp.inputs.begin(), grp.inputs.end(), id);
-    if (in == grp.inputs.end()) continue;
-    const std::int64_t N = n.shape.back();
-    if (grp.flat) {
-      if (g_.node(grp.root).shape != n.shape) continue;
-    } else {
-      const FusedRead& rd = grp.reads[std::size_t(in - grp.inputs.begin())];
-      if (grp.n != N || rd.inner != 1 || rd.step != N || numel(grp.lead) * N != numel(n.shape)) continue;
+    if (t == order_.size() || chained[t]) continue;
+    if (group_at(order_[t]) >= 0 && reads_rows(group_at(order_[t]), id, n)) {
+      epilogue_group_[std::size_t(id)] = group_at(order_[t]);
+      continue;
     }
+    // The first group after it that reads it row by row, if no chain lies between and every
+    // other value the group reads is made before the product: its members after the
+    // product move, in their order, to just after it.
+    std::size_t u = t;
+    while (u < order_.size() && !chained[u] && !(is_step(u) && group_at(order_[u]) >= 0 && reads_rows(group_at(order_[u]), id, n)))
+      ++u;
+    if (u == order_.size() || chained[u]) continue;
+    const int gi = group_at(order_[u]);
+    const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
+    if (!std::all_of(grp.inputs.begin(), grp.inputs.end(), [&](NodeId in) {
+          return in == id || op_bound_leaf(g_.node(in).op) || step_of_[std::size_t(in)] < int(s);
+        }))
+      continue;
+    std::stable_partition(order_.begin() + std::ptrdiff_t(s) + 1, order_.begin() + std::ptrdiff_t(u) + 1,
+                          [&](NodeId x) { return group_at(x) == gi; });
+    std::vector<NodeId> user(user_order_.begin() + std::ptrdiff_t(s) + 1, user_order_.begin() + std::ptrdiff_t(u) + 1);
+    std::vector<NodeId> moved;  // the user ids of the moved range, members first, as order_ now has it
+    for (std::size_t p = s + 1; p <= u; ++p) moved.push_back(user[std::size_t(step_of_[std::size_t(order_[p])]) - (s + 1)]);
+    std::copy(moved.begin(), moved.end(), user_order_.begin() + std::ptrdiff_t(s) + 1);
+    number_order();
     epilogue_group_[std::size_t(id)] = gi;
   }
 }

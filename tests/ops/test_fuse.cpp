@@ -402,3 +402,17 @@ TEST_CASE("epilogue: GG_EPILOGUE=0 turns it off for executors built afterwards")
   unsetenv("GG_EPILOGUE");
   CHECK(Executor(g, {out}, ps, 0, {.epilogue = false}).epilogues() == 0);
 }
+
+TEST_CASE("epilogue: a later group reading the product moves up to run as its epilogue, when nothing it reads comes between") {
+  Graph g;
+  NodeId x = op::input(g, "x", {96, 32});
+  NodeId y = op::input(g, "y", {96, 32});
+  NodeId w = op::param(g, "w", {32, 32}, {Init::normal, 0.f, 0.5f});
+  NodeId p = op::matmul(g, x, w, false, false);
+  NodeId q = op::matmul(g, y, w, false, false);  // planned between p and p's reader
+  NodeId from_p = op::tanh(g, op::mul(g, p, op::add(g, x, y)));  // reads only what comes before p: moves up
+  NodeId from_pq = op::exp(g, op::mul(g, q, op::sub(g, q, x)));   // q's next step: its epilogue
+  NodeId late = op::tanh(g, op::mul(g, p, from_pq));                // reads p and a later value: stays
+  CHECK(same_with_epilogues_and_not(g, {from_p, late}, {{"x", test::wave(96 * 32, 1.f, 0, 0.3)},
+                                                        {"y", test::wave(96 * 32, 1.f, 1, 0.3)}}) == 2);
+}
