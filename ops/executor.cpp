@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "ops/masked.h"
-#include "ops/matmul.h"
 #include "ops/parallel.h"
 #include "ops/simd.h"
 
@@ -56,8 +55,6 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   if (options.slice) plan_slices();
   masked_ = options.masked;
   plan_locals();
-  epilogue_ = options.epilogue;
-  plan_epilogues();
   std::vector<std::size_t> offset;
   std::vector<NodeId> root;
   plan_memory(offset, root);
@@ -81,15 +78,6 @@ std::vector<NodeId> Executor::read_after_steps() const {
 bool masked_by_default() {
   const char* env = std::getenv("GG_MASKED");
   return !(env && std::string(env) == "0");
-}
-
-bool epilogue_by_default() {
-  const char* env = std::getenv("GG_EPILOGUE");
-  return !(env && std::string(env) == "0");
-}
-
-std::size_t Executor::epilogues() const {
-  return std::size_t(std::count_if(steps_.begin(), steps_.end(), [](const Step& st) { return st.epilogue >= 0; }));
 }
 
 std::size_t Executor::chain_local_values() const {
@@ -290,71 +278,6 @@ void Executor::plan_locals() {
   }
 }
 
-// GEMM epilogues: a matmul run as one GEMM over its output's rows, outside the chains,
-// whose next step is a fused group (outside them too) that reads the product row by row
-// (whole rows in order, a row group's rows as long as the product's, or a flat group of the
-// product's shape) runs that group on each block of rows as the GEMM finishes it. Any
-// split of a group's rows gives its values bit for bit (run_fused), and so does the GEMM's.
-// A later group that reads the product so, and nothing made after it, is moved up to be
-// the next step (the backward pass's GELU and layer-norm gradients come after other
-// products of the same gradient).
-void Executor::plan_epilogues() {
-  epilogue_group_.assign(std::size_t(g_.size()), -1);
-  if (!epilogue_ || fusion_.groups.empty()) return;
-  std::vector<char> chained(order_.size(), 0);
-  for (const SliceChain& c : chains_) std::fill(chained.begin() + std::ptrdiff_t(c.first), chained.begin() + std::ptrdiff_t(c.last) + 1, 1);
-  auto is_step = [&](std::size_t s) {
-    const NodeId id = order_[s];
-    const int gi = group_at(id);
-    return !op_bound_leaf(g_.node(id).op) && (gi < 0 || fusion_.groups[std::size_t(gi)].root == id);
-  };
-  // Whether group gi reads product `id` (of row length N) row by row.
-  auto reads_rows = [&](int gi, NodeId id, const Node& n) {
-    const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
-    const auto in = std::find(grp.inputs.begin(), grp.inputs.end(), id);
-    if (in == grp.inputs.end()) return false;
-    const std::int64_t N = n.shape.back();
-    if (grp.flat) return g_.node(grp.root).shape == n.shape;
-    const FusedRead& rd = grp.reads[std::size_t(in - grp.inputs.begin())];
-    return grp.n == N && rd.inner == 1 && rd.step == N && numel(grp.lead) * N == numel(n.shape);
-  };
-  for (std::size_t s = 0; s < order_.size(); ++s) {
-    const NodeId id = order_[s];
-    const Node& n = g_.node(id);
-    if (n.op != OpKind::matmul || group_at(id) >= 0 || chained[s] ||
-        !matmul_is_one_gemm(g_.node(n.inputs[0]).shape, g_.node(n.inputs[1]).shape, n.attrs.trans_a))
-      continue;
-    std::size_t t = s + 1;
-    while (t < order_.size() && !is_step(t)) ++t;
-    if (t == order_.size() || chained[t]) continue;
-    if (group_at(order_[t]) >= 0 && reads_rows(group_at(order_[t]), id, n)) {
-      epilogue_group_[std::size_t(id)] = group_at(order_[t]);
-      continue;
-    }
-    // The first group after it that reads it row by row, if no chain lies between and every
-    // other value the group reads is made before the product: its members after the
-    // product move, in their order, to just after it.
-    std::size_t u = t;
-    while (u < order_.size() && !chained[u] && !(is_step(u) && group_at(order_[u]) >= 0 && reads_rows(group_at(order_[u]), id, n)))
-      ++u;
-    if (u == order_.size() || chained[u]) continue;
-    const int gi = group_at(order_[u]);
-    const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
-    if (!std::all_of(grp.inputs.begin(), grp.inputs.end(), [&](NodeId in) {
-          return in == id || op_bound_leaf(g_.node(in).op) || step_of_[std::size_t(in)] < int(s);
-        }))
-      continue;
-    std::stable_partition(order_.begin() + std::ptrdiff_t(s) + 1, order_.begin() + std::ptrdiff_t(u) + 1,
-                          [&](NodeId x) { return group_at(x) == gi; });
-    std::vector<NodeId> user(user_order_.begin() + std::ptrdiff_t(s) + 1, user_order_.begin() + std::ptrdiff_t(u) + 1);
-    std::vector<NodeId> moved;  // the user ids of the moved range, members first, as order_ now has it
-    for (std::size_t p = s + 1; p <= u; ++p) moved.push_back(user[std::size_t(step_of_[std::size_t(order_[p])]) - (s + 1)]);
-    std::copy(moved.begin(), moved.end(), user_order_.begin() + std::ptrdiff_t(s) + 1);
-    number_order();
-    epilogue_group_[std::size_t(id)] = gi;
-  }
-}
-
 // Full-size storage for the chains' local values, for runs that go step by step.
 void Executor::bind_locals_unsliced() {
   std::size_t bytes = 0;
@@ -509,24 +432,7 @@ void Executor::make_steps() {
     if (group >= 0)
       for (NodeId m : fusion_.groups[std::size_t(group)].stored) st.stored.push_back(views_[std::size_t(m)]);
     steps_.push_back(std::move(st));
-    if (steps_.size() >= 2 && group >= 0) {
-      Step& prev = steps_[steps_.size() - 2];
-      if (epilogue_group_[std::size_t(prev.id)] == group) prev.epilogue = int(steps_.size() - 1);
-    }
   }
-  for (const Step& st : steps_) GG_CHECK(epilogue_group_[std::size_t(st.id)] < 0 || st.epilogue >= 0);
-}
-
-// The product of matmul step st, with its epilogue group run on each block of rows the
-// GEMM finishes (a flat group's values are the product's: a row is N of them).
-void Executor::run_with_epilogue(const Step& st) {
-  Step& gs = steps_[std::size_t(st.epilogue)];
-  const Node& n = g_.node(st.id);
-  const FusedGroup& grp = fusion_.groups[std::size_t(gs.group)];
-  bind_inputs(gs);
-  const std::int64_t per_row = grp.flat ? n.shape.back() : 1;
-  auto rows_done = [&](std::int64_t r0, std::int64_t r1) { run_fused(grp, gs.in, gs.out, gs.stored, r0 * per_row, r1 * per_row); };
-  matmul_rows_done(KernelArgs{n, st.in, st.out, &rng_}, GemmRowsDone(rows_done));
 }
 
 bool Executor::never_stored(NodeId id) const {
@@ -596,12 +502,6 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   for (const SliceChain& c : chains_)
     for (std::size_t s = c.first; s <= c.last; ++s)
       for (NodeId in : g.node(order_[s]).inputs) last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], int(c.last));
-  // A matmul with an epilogue still reads its operands while its group writes: they live
-  // until the group's step, so that no value the group stores takes their place.
-  for (std::size_t s = 0; s < order_.size(); ++s)
-    if (const int gi = epilogue_group_[std::size_t(order_[s])]; gi >= 0)
-      for (NodeId in : g.node(order_[s]).inputs)
-        last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], step_of_[std::size_t(fusion_.groups[std::size_t(gi)].root)]);
   for (NodeId o : outputs_) {
     last_use[std::size_t(o)] = INT_MAX;
     kept_[std::size_t(o)] = 1;
@@ -833,21 +733,6 @@ void Executor::run() {
     Step& st = steps_[t];
     const Node& n = g_.node(st.id);
     bind_inputs(st);
-    if (st.epilogue >= 0 && !detect_anomaly_) {  // the product and the next step's group
-      std::chrono::steady_clock::time_point t0{};
-      if (profile_) t0 = std::chrono::steady_clock::now();
-      run_with_epilogue(st);
-      if (profile_) {
-        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        step_seconds_[t] += dt;
-        epilogue_seconds_ += dt;
-        ++epilogue_calls_;
-      }
-      for (std::size_t c : st.checks) run_check(c);
-      t = std::size_t(st.epilogue);
-      for (std::size_t c : steps_[t].checks) run_check(c);
-      continue;
-    }
     auto compute = [&] {
       if (st.group >= 0) run_fused(fusion_.groups[std::size_t(st.group)], st.in, st.out, st.stored);
       else st.kernel(KernelArgs{n, st.in, st.out, &rng_});
@@ -958,7 +843,7 @@ std::string Executor::profile_report() const {
     }
   std::sort(kinds.begin(), kinds.end(), [&](int a, int b) { return op_seconds_[std::size_t(a)] > op_seconds_[std::size_t(b)]; });
   std::string s = fmt::format("{:<12} {:>8} {:>10} {:>6}\n", "op", "calls", "total ms", "share");
-  total += fused_seconds_ + sliced_seconds_ + epilogue_seconds_;
+  total += fused_seconds_ + sliced_seconds_;
   bool fused_listed = fused_calls_ == 0;
   auto fused_line = [&] {
     fused_listed = true;
@@ -972,9 +857,6 @@ std::string Executor::profile_report() const {
                      op_seconds_[std::size_t(k)] * 1e3, 100.0 * op_seconds_[std::size_t(k)] / std::max(total, 1e-12));
   }
   if (!fused_listed) s += fused_line();
-  if (epilogue_calls_ > 0)
-    s += fmt::format("{:<12} {:>8} {:>10.1f} {:>5.1f}%  (matmuls with the next group run as their GEMM epilogue)\n",
-                     "epilogue", epilogue_calls_, epilogue_seconds_ * 1e3, 100.0 * epilogue_seconds_ / std::max(total, 1e-12));
   if (sliced_calls_ > 0)
     s += fmt::format("{:<12} {:>8} {:>10.1f} {:>5.1f}%  (batch-slice chains of {:.1f} steps, matmuls and groups inside)\n",
                      "sliced", sliced_calls_, sliced_seconds_ * 1e3, 100.0 * sliced_seconds_ / std::max(total, 1e-12),
@@ -1015,7 +897,6 @@ std::string Executor::profile_steps_report(int top) const {
       }
       what = fmt::format("sliced chain of {} steps over {} slices [{}], from {}", c.last - c.first + 1, c.slices, inside, what);
     }
-    if (st.epilogue >= 0) what = fmt::format("{}[{}] + epilogue {}", what, transposes(n), label(steps_[std::size_t(st.epilogue)]));
     std::string gf = "";
     if (st.group < 0 && n.op == OpKind::matmul && (chain_at_.empty() || chain_at_[idx[r]] < 0)) {
       const Shape& a = g_.node(n.inputs[0]).shape;
@@ -1023,7 +904,7 @@ std::string Executor::profile_steps_report(int top) const {
       gf = fmt::format("{:.1f}", 2.0 * double(numel(n.shape)) * k / (ms * 1e-3) * 1e-9);
     }
     s += fmt::format("{:>9.3f} {:>7}  {}{} {} <- {}{}\n", ms, gf, what,
-                     n.op == OpKind::matmul && st.epilogue < 0 ? fmt::format("[{}]", transposes(n)) : "",
+                     n.op == OpKind::matmul ? fmt::format("[{}]", transposes(n)) : "",
                      to_string(n.shape), ins, n.name.empty() ? "" : fmt::format("  '{}'", n.name));
   }
   return s;

@@ -27,8 +27,6 @@ struct MaskedBlocks;  // ops/masked.h
 bool slice_by_default();
 // The masked-product switch: false when the environment has GG_MASKED=0.
 bool masked_by_default();
-// The GEMM-epilogue switch: false when the environment has GG_EPILOGUE=0.
-bool epilogue_by_default();
 
 struct ExecutorOptions {
   // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning;
@@ -51,11 +49,6 @@ struct ExecutorOptions {
   // about half the work. Values are unchanged wherever they are finite. Off with
   // GG_MASKED=0, or here.
   bool masked = masked_by_default();
-  // Run a fused group that reads a matrix product's output row by row, when it is the next
-  // step, on each block of the product's rows as the GEMM finishes it (a GEMM epilogue),
-  // while the block is still in cache: a layer's bias, activation, residual and norm right
-  // after its product. Values are unchanged bit for bit. Off with GG_EPILOGUE=0, or here.
-  bool epilogue = epilogue_by_default();
 };
 
 class Executor {
@@ -86,8 +79,6 @@ class Executor {
   std::size_t chain_local_values() const;
   // How many of the chains' matrix products skip a mask's zeros (ExecutorOptions::masked).
   std::size_t masked_products() const;
-  // How many matrix products run their next step's group as a GEMM epilogue.
-  std::size_t epilogues() const;
   // Steps of the flat loop (a fused group is one).
   std::size_t step_count() const { return steps_.size(); }
 
@@ -143,7 +134,6 @@ class Executor {
     View out;
     std::vector<View> stored;         // a fused group's stored members but the root
     std::vector<std::size_t> checks;  // indices into g_.checks() to run after this step
-    int epilogue = -1;                // a matmul's: the next step, a group run as its GEMM epilogue
   };
   // A run of consecutive steps that all work batch slice by batch slice over the same
   // leading dims L (prod(L) = slices): batched matmuls, fused groups whose rows start
@@ -173,11 +163,9 @@ class Executor {
   void number_order();  // step_of_ from order_
   void plan_slices();  // finds the chains (positions in order_), before plan_memory
   void plan_locals();  // the chains' values read only inside one slice's pass, before plan_memory
-  void plan_epilogues();  // the matmuls that run their next step's group, before plan_memory
   void bind_locals_unsliced();  // full-size storage for them, when a run goes step by step
   void bind_slices();  // the chains' step indices and per-slice shapes, after make_steps
   void run_chain(const SliceChain& c);
-  void run_with_epilogue(const Step& st);  // st's product, its epilogue group on each block of rows
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
   void bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root);
   void make_steps();
@@ -205,8 +193,6 @@ class Executor {
   std::vector<SliceChain> chains_;
   std::vector<int> chain_at_;  // per step: the chain starting there, or -1
   bool masked_ = false;        // ExecutorOptions::masked
-  bool epilogue_ = false;      // ExecutorOptions::epilogue
-  std::vector<int> epilogue_group_;  // per node of g_: a matmul's epilogue group (its index in fusion_.groups), or -1
   // Per node of g_: its byte offset in its chain's per-thread scratch when only the chain's
   // pass over one slice reads it (no arena place), else -1. Run step by step (anomaly
   // mode), such values get full-size storage of their own (local_full_), made on demand.
@@ -228,8 +214,6 @@ class Executor {
   std::int64_t sliced_calls_ = 0, sliced_steps_ = 0;
   std::vector<double> step_seconds_;  // per step, over the profiled runs
   std::int64_t profiled_runs_ = 0;
-  double epilogue_seconds_ = 0;  // matmuls with their epilogue groups, profiled apart from the ops
-  std::int64_t epilogue_calls_ = 0;
   double fused_seconds_ = 0;  // fused groups' time, profiled apart from the ops
   std::int64_t fused_calls_ = 0, fused_members_ = 0;
 };

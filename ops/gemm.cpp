@@ -152,7 +152,6 @@ constexpr int MR = (W >= 16) ? 12 : 6, NV = 2;
 constexpr int NR = NV * W;
 constexpr i64 KC = gemm_depth_block;  // depth of a packed panel: a B sliver (KC x NR) is 32 KB
 constexpr i64 MC = 48 / MR * MR;      // rows of the packed A block (MC x KC), near L1 (measured)
-static_assert(MC == gemm_rows_done_unit, "rows are reported done a packed A block at a time");
 constexpr i64 NC = 1024;              // columns of the packed B panel (KC x NC): 1 MB, in L2
 constexpr i64 SMALL = 16 * 16 * 16;   // M*N*K at or below this: plain loops, no microkernel
 constexpr i64 DIRECT = 128 * 128 * 128;  // M*N*K at or below this: microkernel, no packing
@@ -336,9 +335,7 @@ constexpr auto kernels_a_rows = make_kernels<true>(std::make_integer_sequence<in
 
 // ---- the blocked loops over one stripe of C -----------------------------------------------
 // C[i0:i1, j0:j1] = alpha * op(A)[i0:i1, :] @ op(B)[:, j0:j1] + beta * C[i0:i1, j0:j1].
-// With done (then [j0, j1) is every column), rows [ic, ic + mc) are reported as the last
-// pass over them ends, while the block is still in cache.
-void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1, const GemmRowsDone* done) {
+void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
   const i64 kc_max = std::min(P.K, KC);
   float* Bp = pack_b_buf.get(std::size_t(kc_max * ((std::min(j1 - j0, NC) + NR - 1) / NR * NR)));
   float* Ap = pack_a_buf.get(std::size_t(kc_max * ((std::min(i1 - i0, MC) + MR - 1) / MR * MR)));
@@ -360,7 +357,6 @@ void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1, const GemmRo
                             P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr, P.alpha, beta);
           }
         }
-        if (done && jc + nc >= j1 && pc + kc >= P.K) (*done)(ic, ic + mc);
       }
     }
   }
@@ -368,9 +364,8 @@ void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1, const GemmRo
 
 // Small products: nothing is packed when it can be read in place. A is read in either
 // layout; B is read in place when it is (K, N) and the sliver is a full NR wide, otherwise
-// that one sliver is packed. C[i0:i1, j0:j1] as in gemm_blocked; with done, the stripe's rows
-// are reported at its end.
-void gemm_direct(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1, const GemmRowsDone* done) {
+// that one sliver is packed. C[i0:i1, j0:j1] as in gemm_blocked.
+void gemm_direct(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
   float* Bp = pack_b_buf.get(std::size_t(std::min(P.K, KC) * NR));
   for (i64 pc = 0; pc < P.K; pc += KC) {  // KC-deep slice of the sum: a rank-KC update
     const i64 kc = std::min(KC, P.K - pc);
@@ -395,7 +390,6 @@ void gemm_direct(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1, const GemmRow
       }
     }
   }
-  if (done) (*done)(i0, i1);
 }
 
 // Tiny products: packing would cost more than it saves. Plain loops over a row of C,
@@ -425,20 +419,15 @@ void gemm_small(const Problem& P) {
 
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
           const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
-          float* C, std::int64_t ldc, const GemmRowsDone* done) {
+          float* C, std::int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   const Problem P{ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
   if (K <= 0 || alpha == 0.f) {  // no product: C = beta * C
     for (i64 i = 0; i < M; ++i)
       for (i64 j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
-    if (done) (*done)(0, M);
     return;
   }
-  if (M * N * K <= SMALL) {
-    gemm_small(P);
-    if (done) (*done)(0, M);
-    return;
-  }
+  if (M * N * K <= SMALL) return gemm_small(P);
 
   // Products up to DIRECT read A (and usually B) in place; larger ones pack panels, which
   // pays for itself once each packed element is reused enough. A transposed A of up to
@@ -446,29 +435,25 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
   // layout, and re-reading it from L2 costs less than copying it (the weight gradients'
   // X^T @ G of a small model: 8-10% faster, measured with AVX-512 on a Zen 5; the opposite
   // with AVX2 on a Zen 3, see DIRECT_TA).
-  void (*const stripe)(const Problem&, i64, i64, i64, i64, const GemmRowsDone*) =
+  void (*const stripe)(const Problem&, i64, i64, i64, i64) =
       M * N * K <= DIRECT || (ta && M * K <= DIRECT_TA) ? gemm_direct : gemm_blocked;
 
   // Threads take independent stripes of C: rows in MR units, or columns in NR units when
   // there are more column tiles than row tiles. Each thread packs its own panels.
-  // With done, stripes of whole rows in MC units (a block reported is never split).
   const double flops = 2.0 * double(M) * double(N) * double(K);
-  const i64 row_unit = done ? MC : MR;
-  const i64 row_tiles = (M + row_unit - 1) / row_unit, col_tiles = done ? 0 : (N + NR - 1) / NR;
-  if (flops < PARALLEL_FLOPS || std::max(row_tiles, col_tiles) < 2) return stripe(P, 0, M, 0, N, done);
+  const i64 row_tiles = (M + MR - 1) / MR, col_tiles = (N + NR - 1) / NR;
+  if (flops < PARALLEL_FLOPS || std::max(row_tiles, col_tiles) < 2) return stripe(P, 0, M, 0, N);
   struct Job {
     const Problem* p;
-    void (*stripe)(const Problem&, i64, i64, i64, i64, const GemmRowsDone*);
-    const GemmRowsDone* done;
-    i64 row_unit;
-  } job{&P, stripe, done, row_unit};
+    void (*stripe)(const Problem&, i64, i64, i64, i64);
+  } job{&P, stripe};
   if (row_tiles >= col_tiles) {
     parallel_for(row_tiles, 1, [job](i64 t0, i64 t1) {
-      job.stripe(*job.p, t0 * job.row_unit, std::min(job.p->M, t1 * job.row_unit), 0, job.p->N, job.done);
+      job.stripe(*job.p, t0 * MR, std::min(job.p->M, t1 * MR), 0, job.p->N);
     });
   } else {
     parallel_for(col_tiles, 1, [job](i64 t0, i64 t1) {
-      job.stripe(*job.p, 0, job.p->M, t0 * NR, std::min(job.p->N, t1 * NR), nullptr);
+      job.stripe(*job.p, 0, job.p->M, t0 * NR, std::min(job.p->N, t1 * NR));
     });
   }
 }

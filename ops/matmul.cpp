@@ -1,7 +1,6 @@
 // Batched matrix multiply with broadcast batch dims and optionally transposed operands.
 // Every product goes through gg::gemm (ops/gemm.h); this file only maps batches onto it.
-#include "ops/matmul.h"
-
+#include "ops/gemm.h"
 #include "ops/kernel_util.h"
 
 namespace gg {
@@ -43,26 +42,7 @@ std::vector<std::int64_t> batch_offsets(const Shape& batch, const Shape& own, st
   return offs;
 }
 
-// The one-GEMM case: (batch..., M, K) @ (K, N) as a tall (batch * M, K) @ (K, N), or 2-D @ 2-D.
-void one_gemm(const KernelArgs& a, const GemmRowsDone* rows_done) {
-  const Shape& sa = *a.in[0].shape;
-  const Shape& sb = *a.in[1].shape;
-  const bool ta = a.node.attrs.trans_a, tb = a.node.attrs.trans_b;
-  MatDims d = dims_of(sa, sb, ta, tb);
-  gemm(ta, tb, numel(d.batch) * d.m, d.n, d.k, 1.f, a.in[0].f(), sa.back(), a.in[1].f(), sb.back(), 0.f, a.out.f(), d.n,
-       rows_done);
-}
-
 }  // namespace
-
-bool matmul_is_one_gemm(const Shape& a, const Shape& b, bool trans_a) {
-  return (b.size() == 2 && !trans_a) || (a.size() == 2 && b.size() == 2);
-}
-
-void matmul_rows_done(const KernelArgs& a, const GemmRowsDone& rows_done) {
-  GG_CHECK(matmul_is_one_gemm(*a.in[0].shape, *a.in[1].shape, a.node.attrs.trans_a));
-  one_gemm(a, &rows_done);
-}
 
 // ---- matmul ------------------------------------------------------------------------
 // C = op(A) op(B):  d op(A) = G op(B)^T,  d op(B) = op(A)^T G
@@ -101,7 +81,10 @@ const OpRule matmul_rule = {
       const float* B = a.in[1].f();
       float* C = a.out.f();
       const std::int64_t lda = sa.back(), ldb = sb.back();
-      if (matmul_is_one_gemm(sa, sb, ta)) return one_gemm(a, nullptr);
+      if (sb.size() == 2 && !ta) {  // (batch..., M, K) @ (K, N): one tall GEMM
+        gemm(false, tb, numel(d.batch) * d.m, d.n, d.k, 1.f, A, lda, B, ldb, 0.f, C, d.n);
+        return;
+      }
       Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
       auto oa = batch_offsets(d.batch, ba, sa[sa.size() - 1] * sa[sa.size() - 2]);
       auto ob = batch_offsets(d.batch, bb, sb[sb.size() - 1] * sb[sb.size() - 2]);

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -203,51 +202,6 @@ TEST_CASE("gemm gives bit-identical results on 1, 2 and 3 threads, call after ca
       if (C != want) ++mismatched_calls;
     }
     CHECK(mismatched_calls == 0);
-  }
-  gg::set_num_threads(saved);
-}
-
-TEST_CASE("gemm with rows_done: every row reported once, in whole blocks, final when reported, same bits") {
-  // The blocked path (one and several depth passes and column panels), the in-place path,
-  // the tiny loops and a K = 0 product; 1, 2 and 3 threads.
-  struct Case {
-    bool ta, tb;
-    i64 M, N, K;
-  };
-  const int saved = gg::num_threads();
-  for (const Case& c : {Case{false, true, 768, 512, 128}, Case{false, false, 300, 1100, 600}, Case{true, false, 97, 64, 40},
-                        Case{false, false, 5, 7, 3}, Case{false, true, 130, 65, 0}, Case{true, true, 200, 130, 300}}) {
-    CAPTURE(c.M);
-    CAPTURE(c.N);
-    CAPTURE(c.K);
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    std::vector<float> A(std::size_t(std::max<i64>(1, c.M * c.K))), B(std::size_t(std::max<i64>(1, c.K * c.N)));
-    for (auto& x : A) x = u(rng);
-    for (auto& x : B) x = u(rng);
-    const i64 lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
-    std::vector<float> want(std::size_t(c.M * c.N));
-    gg::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.data(), std::max<i64>(1, lda), B.data(), std::max<i64>(1, ldb), 0.f,
-             want.data(), c.N);
-    for (int threads : {1, 2, 3}) {
-      CAPTURE(threads);
-      gg::set_num_threads(threads);
-      std::vector<float> C(std::size_t(c.M * c.N), -1.f), seen(std::size_t(c.M * c.N), 0.f);
-      std::vector<int> reported(std::size_t(c.M), 0);
-      bool aligned = true;
-      auto done = [&](i64 r0, i64 r1) {  // copies the rows as they are when reported
-        aligned = aligned && r0 % gg::gemm_rows_done_unit == 0 && (r1 % gg::gemm_rows_done_unit == 0 || r1 == c.M);
-        for (i64 r = r0; r < r1; ++r) ++reported[std::size_t(r)];
-        std::memcpy(seen.data() + r0 * c.N, C.data() + r0 * c.N, std::size_t((r1 - r0) * c.N) * 4);
-      };
-      const gg::GemmRowsDone rows_done(done);
-      gg::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.data(), std::max<i64>(1, lda), B.data(), std::max<i64>(1, ldb), 0.f,
-               C.data(), c.N, &rows_done);
-      CHECK(aligned);
-      CHECK(std::all_of(reported.begin(), reported.end(), [](int k) { return k == 1; }));
-      CHECK(std::memcmp(C.data(), want.data(), want.size() * 4) == 0);
-      CHECK(std::memcmp(seen.data(), want.data(), want.size() * 4) == 0);  // final when reported
-    }
   }
   gg::set_num_threads(saved);
 }
