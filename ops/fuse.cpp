@@ -28,8 +28,14 @@
 namespace gg {
 namespace {
 
-constexpr std::int64_t tile = 512;         // flat groups: values per member buffer (L1-sized)
-constexpr std::int64_t block_values = 1024;  // row groups: about this many values per full member buffer
+// Values per member buffer: flat groups, and about that many for a row group's full members.
+// Each member is one pass over its buffer, so a pass's set-up (the op's dispatch, the
+// broadcast checks, the SIMD loop's tail) is paid once per buffer: 2048 and 4096 instead of
+// 512 and 1024 ran hot groups 1.15-1.3x faster (a chain of 8 binary ops 0.34 -> 0.28 ns a
+// value, 8 muls by a scalar 0.26 -> 0.20, GELU 0.34 -> 0.30; one thread, a (64, 512)
+// input, Zen 5), though a group's buffers then outgrow L1 for L2.
+constexpr std::int64_t tile = 2048;
+constexpr std::int64_t block_values = 4096;
 
 bool transcendental(OpKind k) { return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf; }
 
