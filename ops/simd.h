@@ -18,7 +18,15 @@
 namespace gg::simd {
 
 #ifndef GG_SCALAR
+#if defined(__AVX512BW__) && !defined(__OPTIMIZE__)
+// An unoptimized build (-O0, CMake's Debug) uses xsimd's AVX-512F kernels where AVX-512BW
+// is there: GCC defines the BW blend intrinsics as macros without __OPTIMIZE__, and their
+// casts do not take xsimd's batches (xsimd::log's integer select fails to compile). Same
+// register width; only the integer blends of log and exp differ.
+using vf = xsimd::batch<float, xsimd::avx512f>;  // one register of floats
+#else
 using vf = xsimd::batch<float>;          // one register of floats
+#endif
 inline constexpr std::size_t width = vf::size;
 inline vf load(const float* p) { return vf::load_unaligned(p); }
 inline void store(float* p, const vf& v) { v.store_unaligned(p); }
@@ -78,7 +86,7 @@ inline vf erf(const vf& x) {
 }
 inline vf max(const vf& a, const vf& b) { return xsimd::max(a, b); }
 inline float hsum(const vf& v) { return xsimd::hadd(v); }
-using mask = xsimd::batch_bool<float>;  // one register of comparison results
+using mask = vf::batch_bool_type;  // one register of comparison results
 // a where m, else b (bit for bit: a selection, no arithmetic).
 inline vf select(const mask& m, const vf& a, const vf& b) { return xsimd::select(m, a, b); }
 // 1.0 where m, else 0.0.
