@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <new>
@@ -316,8 +317,10 @@ void micro_kernel(i64 kc, const float* __restrict A, i64 a_step, const float* __
     } else {  // right edge: spill the row and copy the valid columns
       alignas(64) float t[NR];
       for (int v = 0; v < NV; ++v) vstore(t + v * W, acc[i][v]);
-      for (i64 j = 0; j < n; ++j)
-        c[j] = alpha * t[j] + (beta != 0.f ? beta * c[j] : 0.f);
+      for (i64 j = 0; j < n; ++j) {  // as the full row: alpha * acc, then fma(beta, c, .)
+        const float r = alpha * t[j];
+        c[j] = beta != 0.f ? std::fma(beta, c[j], r) : r;
+      }
     }
   }
 }
@@ -401,15 +404,22 @@ void gemm_small(const Problem& P) {
       const i64 nj = std::min<i64>(64, P.N - j0);
       for (i64 pc = 0; pc < P.K; pc += KC) {  // KC-deep passes, as the microkernel's
         float acc[64] = {};
+        // The microkernel's operations, written out: one fused multiply-add a term, then
+        // alpha * acc (+ beta * c, fused), so a product gives the same bits on either path
+        // (a masked product's row blocks take this one) whether or not the compiler would
+        // have contracted a * b + c by itself (GCC does at -O2, not at -O1).
         for (i64 k = pc; k < std::min(P.K, pc + KC); ++k) {  // acc += op(A)(i, k) * op(B)(k, j0 : j0+nj)
           const float a = P.ta ? P.A[k * P.lda + i] : P.A[i * P.lda + k];
           if (P.tb)
-            for (i64 j = 0; j < nj; ++j) acc[j] += a * P.B[(j0 + j) * P.ldb + k];
+            for (i64 j = 0; j < nj; ++j) acc[j] = std::fma(a, P.B[(j0 + j) * P.ldb + k], acc[j]);
           else
-            for (i64 j = 0; j < nj; ++j) acc[j] += a * P.B[k * P.ldb + j0 + j];
+            for (i64 j = 0; j < nj; ++j) acc[j] = std::fma(a, P.B[k * P.ldb + j0 + j], acc[j]);
         }
         const float beta = pc == 0 ? P.beta : 1.f;
-        for (i64 j = 0; j < nj; ++j) c[j0 + j] = P.alpha * acc[j] + (beta != 0.f ? beta * c[j0 + j] : 0.f);
+        for (i64 j = 0; j < nj; ++j) {
+          const float r = P.alpha * acc[j];
+          c[j0 + j] = beta != 0.f ? std::fma(beta, c[j0 + j], r) : r;
+        }
       }
     }
   }
