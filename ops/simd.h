@@ -21,8 +21,8 @@ namespace gg::simd {
 #if defined(__AVX512BW__) && !defined(__OPTIMIZE__)
 // An unoptimized build (-O0, CMake's Debug) uses xsimd's AVX-512F kernels where AVX-512BW
 // is there: GCC defines the BW blend intrinsics as macros without __OPTIMIZE__, and their
-// casts do not take xsimd's batches (xsimd::log's integer select fails to compile). Same
-// register width; only the integer blends of log and exp differ.
+// casts do not take xsimd's batches (xsimd::log's integer select fails to compile). The
+// same register width; the integer selects inside log and exp use AVX-512F blends instead.
 using vf = xsimd::batch<float, xsimd::avx512f>;  // one register of floats
 #else
 using vf = xsimd::batch<float>;          // one register of floats
