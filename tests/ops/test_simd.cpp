@@ -103,10 +103,20 @@ TEST_CASE("simd::map: the batch body agrees with the scalar path") {
 }
 
 TEST_CASE("simd::erf: within 6e-8 of erf and 2.1 ulp, the same bits in the body and the tail") {
-  // Every float step of 1/4096 over [-4.5, 4.5] (the 16 table intervals and past the end)
-  // and 2,000 tiny magnitudes down to 1e-30 (the odd first interval's relative accuracy).
+  // Every float step of 1/4096 over [-4.5, 4.5] (the 4 table intervals and past the end),
+  // the floats next to the intervals' ends (0.5, 1.5, 2.5; a + 0.5 rounds up into the next
+  // interval just below them) and 2,000 tiny magnitudes down to 1e-30 (the first
+  // interval's relative accuracy).
   std::vector<float> a;
   for (int k = -18432; k <= 18432; ++k) a.push_back(float(k) / 4096.f);
+  for (float end : {0.5f, 1.5f, 2.5f, 3.9192059f}) {
+    float lo = end, hi = end;
+    for (int k = 0; k < 8; ++k) {
+      lo = std::nextafter(lo, 0.f);
+      hi = std::nextafter(hi, kInf);
+      a.insert(a.end(), {lo, hi, -lo, -hi});
+    }
+  }
   for (int k = 0; k < 2000; ++k) {
     const float tiny = float(std::pow(10.0, -30.0 + 29.5 * k / 1999.0));
     a.push_back(tiny);
