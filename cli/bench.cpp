@@ -34,18 +34,31 @@ namespace {
 using train::InputError;
 using clock_type = std::chrono::steady_clock;
 
-// "AMD EPYC (2 CPUs, AVX2+FMA, no AVX-512)": the first "model name" of /proc/cpuinfo, the
-// online CPU count and the vector ISA.
+// "AMD EPYC, family 25 model 1 (2 CPUs, AVX2+FMA, no AVX-512, L2 512K a core)": the first
+// "model name" of /proc/cpuinfo with its "cpu family" and "model" (a VM's model name often
+// says only "AMD EPYC": the family and model tell a Zen 3 from a Zen 5), the online CPU
+// count, the vector ISA and the first CPU's level-2 cache from sysfs. What is not found is
+// left out.
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
-  std::string line, name = "unknown CPU";
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) name = line.substr(line.find_first_not_of(" \t", colon + 1));
-      break;
-    }
-  return fmt::format("{} ({} CPUs, {})", name, std::thread::hardware_concurrency(), cpu_vector_isa());
+  std::string line, name = "unknown CPU", family, model;
+  auto value = [&] {
+    const auto colon = line.find(':');
+    const auto at = colon == std::string::npos ? std::string::npos : line.find_first_not_of(" \t", colon + 1);
+    return at == std::string::npos ? std::string() : line.substr(at);
+  };
+  while (std::getline(f, line) && line.find_first_not_of(" \t") != std::string::npos) {  // the first CPU's block
+    if (line.rfind("model name", 0) == 0) name = value();
+    else if (line.rfind("cpu family", 0) == 0) family = value();
+    else if (line.rfind("model", 0) == 0 && line.find_first_of(" \t:") == 5) model = value();  // "model\t\t: 1"
+  }
+  if (!family.empty() && !model.empty()) name += fmt::format(", family {} model {}", family, model);
+  std::string l2;
+  std::ifstream c("/sys/devices/system/cpu/cpu0/cache/index2/size"), lvl("/sys/devices/system/cpu/cpu0/cache/index2/level");
+  int level = 0;
+  if (c >> l2 && lvl >> level && level == 2) l2 = fmt::format(", L2 {} a core", l2);
+  else l2.clear();
+  return fmt::format("{} ({} CPUs, {}{})", name, std::thread::hardware_concurrency(), cpu_vector_isa(), l2);
 }
 
 // The 1-minute load average (/proc/loadavg), or -1: how busy the machine was.
