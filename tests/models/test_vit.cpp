@@ -250,13 +250,13 @@ TEST_CASE("vit: short training runs of the job beat chance by far, both patch si
   }
 }
 
-TEST_CASE("vit: issue 7: a patch-2 ViT learns with the default patch init, not at N(0, 0.02) under a unit table") {
+TEST_CASE("vit: issue 7: a patch-2 ViT at N(0, 0.02) under a unit table stays near chance") {
   // The unit sinusoidal table is tens of times larger than a 2x2 patch embedded at N(0, 0.02): the
-  // pixels are drowned and the same short run stays near chance. The default init
-  // (1/sqrt(fan_in) = 0.5) keeps them audible. (Measured: about 0.53 vs 0.20.)
+  // pixels are drowned and a short run stays near chance. The default init (1/sqrt(fan_in) =
+  // 0.5) keeps them audible: the same run with it beats 0.4 in the short-run case above
+  // (measured: about 0.53 vs 0.20), so it is not trained a second time here.
   TempDir dir;
-  const double fixed = short_run(dir, 2).test_accuracy, issue = short_run(dir, 2, 0.02f).test_accuracy;
-  INFO("default init " << fixed << ", N(0, 0.02) " << issue);
-  CHECK(fixed > 0.4);
+  const double issue = short_run(dir, 2, 0.02f).test_accuracy;
+  INFO("N(0, 0.02): test accuracy " << issue);
   CHECK(issue < 0.3);
 }
