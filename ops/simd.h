@@ -52,7 +52,7 @@ inline vf fma(const vf& a, const vf& b, const vf& c) {
 // p = Pi(a - i) (exact), each P of degree 9 by Horner with fused multiply-adds; at most 1;
 // exactly 1 from erf_one_from (3.92) on, where erf rounds to 1 in float; then x's sign. NaN
 // stays NaN. Four intervals make each coefficient lookup one in-lane permute of a
-// four-float table (AVX2: 0.84 ns a value on a Zen 3, against 1.40 with 16 intervals,
+// four-float table (AVX2: 0.90 ns a value on a Zen 3, against 1.40 with 16 intervals,
 // whose lookups took two cross-lane permutes and a blend). The float version below does
 // the same operations, so a kernel's SIMD body and scalar tail give the same bits (where
 // the target has FMA: without it xsimd::fma rounds twice). Worst error 5.8e-8 absolute,
