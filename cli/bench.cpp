@@ -42,22 +42,26 @@ using clock_type = std::chrono::steady_clock;
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
   std::string line, name = "unknown CPU", family, model;
-  auto value = [&] {
+  while (std::getline(f, line)) {  // "key\t: value" lines; a blank line ends the first CPU's block
     const auto colon = line.find(':');
-    const auto at = colon == std::string::npos ? std::string::npos : line.find_first_not_of(" \t", colon + 1);
-    return at == std::string::npos ? std::string() : line.substr(at);
-  };
-  while (std::getline(f, line) && line.find_first_not_of(" \t") != std::string::npos) {  // the first CPU's block
-    if (line.rfind("model name", 0) == 0) name = value();
-    else if (line.rfind("cpu family", 0) == 0) family = value();
-    else if (line.rfind("model", 0) == 0 && line.find_first_of(" \t:") == 5) model = value();  // "model\t\t: 1"
+    if (colon == std::string::npos) {
+      if (line.find_first_not_of(" \t") == std::string::npos) break;
+      continue;
+    }
+    std::string key = line.substr(0, colon);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    const auto at = line.find_first_not_of(" \t", colon + 1);
+    const std::string value = at == std::string::npos ? std::string() : line.substr(at);
+    if (key == "model name") name = value;
+    else if (key == "cpu family") family = value;
+    else if (key == "model") model = value;
   }
   if (!family.empty() && !model.empty()) name += fmt::format(", family {} model {}", family, model);
-  std::string l2;
-  std::ifstream c("/sys/devices/system/cpu/cpu0/cache/index2/size"), lvl("/sys/devices/system/cpu/cpu0/cache/index2/level");
+  std::ifstream size_file("/sys/devices/system/cpu/cpu0/cache/index2/size"),
+      level_file("/sys/devices/system/cpu/cpu0/cache/index2/level");
+  std::string size;
   int level = 0;
-  if (c >> l2 && lvl >> level && level == 2) l2 = fmt::format(", L2 {} a core", l2);
-  else l2.clear();
+  const std::string l2 = size_file >> size && level_file >> level && level == 2 ? fmt::format(", L2 {} a core", size) : "";
   return fmt::format("{} ({} CPUs, {}{})", name, std::thread::hardware_concurrency(), cpu_vector_isa(), l2);
 }
 

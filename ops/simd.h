@@ -59,21 +59,17 @@ inline vf fma(const vf& a, const vf& b, const vf& c) {
 // 2.1 ulp relative (tests/ops/test_simd.cpp), as with 16 intervals.
 inline vf erf(const vf& x) {
   using namespace detail;
-  static_assert(erf_intervals == 4);
+  static_assert(erf_intervals <= 4);  // an in-lane permute picks from four floats
   const vf a = xsimd::abs(x);
+  const auto i = xsimd::to_int(xsimd::min(a + vf(0.5f), vf(float(erf_intervals - 1))));  // truncated
+  const vf fi = xsimd::to_float(i);
 #if defined(__AVX512F__)
   static_assert(width == 16);
-  const __m512i i = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_add_ps(a, _mm512_set1_ps(0.5f)), _mm512_set1_ps(3.f)));
-  const vf fi(_mm512_cvtepi32_ps(i));
   auto lookup = [&](const float* table) { return vf(_mm512_permutevar_ps(_mm512_broadcast_f32x4(_mm_load_ps(table)), i)); };
 #elif defined(__AVX2__)
   static_assert(width == 8);
-  const __m256i i = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_add_ps(a, _mm256_set1_ps(0.5f)), _mm256_set1_ps(3.f)));
-  const vf fi(_mm256_cvtepi32_ps(i));
   auto lookup = [&](const float* table) { return vf(_mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(table)), i)); };
 #else
-  const auto i = xsimd::to_int(xsimd::min(a + vf(0.5f), vf(3.f)));
-  const vf fi = xsimd::to_float(i);
   auto lookup = [&](const float* table) { return vf::gather(table, i); };
 #endif
   const auto first = fi == vf(0.f);
