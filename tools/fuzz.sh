@@ -23,23 +23,36 @@ start=$(date +%s)
 cmake --build "$build"
 echo "fuzz build: $(( $(date +%s) - start )) s"
 
+# The targets run side by side, as many at a time as there are cores (GG_FUZZ_JOBS): each
+# is one process on one core, so on 2 cores the four take 2 x SECONDS, not 4 x SECONDS.
+jobs=${GG_FUZZ_JOBS:-$(nproc)}
+fuzz_one() {  # target: runs it, its output in its log; the exit status is libFuzzer's
+  local t=$1 work="$build/corpus/$1" art="$build/artifacts/$1/"  # new inputs go to work/,
+  mkdir -p "$work" "$art"                                         # the committed seeds stay
+  "$build/fuzz_$t" "$work" "fuzz/corpus/$t" -dict=fuzz/json.dict -max_total_time="$secs" \
+    -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="$art" >"$build/fuzz_$t.log" 2>&1
+}
 status=0
-for t in "${targets[@]}"; do
-  work="$build/corpus/$t"       # new inputs go here, the committed seeds stay as they are
-  art="$build/artifacts/$t/"
-  mkdir -p "$work" "$art"
-  log="$build/fuzz_$t.log"
-  echo "== fuzz_$t: ${secs} s"
-  if "$build/fuzz_$t" "$work" "fuzz/corpus/$t" -dict=fuzz/json.dict -max_total_time="$secs" \
-       -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 -print_final_stats=1 \
-       -artifact_prefix="$art" >"$log" 2>&1; then
-    # The last status line: executions, coverage, corpus; and the executions per second.
-    grep -E '^#[0-9]+' "$log" | tail -1
-    grep -E 'stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' "$log" | tr '\n' ' '; echo
-  else
-    status=1
-    echo "fuzz_$t FAILED (log: $log); last lines:"
-    tail -40 "$log"
-  fi
+for ((i = 0; i < ${#targets[@]}; i += jobs)); do
+  batch=("${targets[@]:i:jobs}")
+  pids=()
+  for t in "${batch[@]}"; do
+    echo "== fuzz_$t: ${secs} s"
+    fuzz_one "$t" &
+    pids+=($!)
+  done
+  for k in "${!batch[@]}"; do
+    t=${batch[k]} log="$build/fuzz_${batch[k]}.log"
+    if wait "${pids[k]}"; then
+      # The last status line: executions, coverage, corpus; and the executions per second.
+      echo "fuzz_$t: $(grep -E '^#[0-9]+' "$log" | tail -1)"
+      grep -E 'stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' "$log" | tr '\n' ' '; echo
+    else
+      status=1
+      echo "fuzz_$t FAILED (log: $log); last lines:"
+      tail -40 "$log"
+    fi
+  done
 done
 exit $status
