@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets in fuzz/ with clang (in build-fuzz/, apart from the main
-# build) and runs each for SECONDS (argument, else $GG_FUZZ_SECONDS, else 60), starting
-# from the committed seeds in fuzz/corpus/<target>/. Fails (non-zero) on a crash, a leak,
+# build) and runs each for SECONDS (argument, else $GG_FUZZ_SECONDS, else 60), one a core
+# at a time, starting from the committed seeds in fuzz/corpus/<target>/. Fails (non-zero) on a crash, a leak,
 # a timeout (10 s per input) or an allocation over 512 MB; the failing input is kept as
 # build-fuzz/artifacts/<target>/crash-* (add it to fuzz/corpus/<target>/ once fixed).
 # Needs clang++-16 and libFuzzer 16 (tools/install-deps.sh installs them).
@@ -26,9 +26,11 @@ echo "fuzz build: $(( $(date +%s) - start )) s"
 # The targets run side by side, as many at a time as there are cores (GG_FUZZ_JOBS): each
 # is one process on one core, so on 2 cores the four take 2 x SECONDS, not 4 x SECONDS.
 jobs=${GG_FUZZ_JOBS:-$(nproc)}
-fuzz_one() {  # target: runs it, its output in its log; the exit status is libFuzzer's
-  local t=$1 work="$build/corpus/$1" art="$build/artifacts/$1/"  # new inputs go to work/,
-  mkdir -p "$work" "$art"                                         # the committed seeds stay
+# fuzz_one TARGET: runs it with its output in $build/fuzz_TARGET.log; libFuzzer's exit status.
+# New inputs go to $build/corpus/TARGET; the committed seeds stay as they are.
+fuzz_one() {
+  local t=$1 work="$build/corpus/$1" art="$build/artifacts/$1/"
+  mkdir -p "$work" "$art"
   "$build/fuzz_$t" "$work" "fuzz/corpus/$t" -dict=fuzz/json.dict -max_total_time="$secs" \
     -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 -print_final_stats=1 \
     -artifact_prefix="$art" >"$build/fuzz_$t.log" 2>&1
@@ -43,7 +45,8 @@ for ((i = 0; i < ${#targets[@]}; i += jobs)); do
     pids+=($!)
   done
   for k in "${!batch[@]}"; do
-    t=${batch[k]} log="$build/fuzz_${batch[k]}.log"
+    t=${batch[k]}
+    log="$build/fuzz_$t.log"
     if wait "${pids[k]}"; then
       # The last status line: executions, coverage, corpus; and the executions per second.
       echo "fuzz_$t: $(grep -E '^#[0-9]+' "$log" | tail -1)"
