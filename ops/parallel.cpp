@@ -17,13 +17,20 @@
 #include "ops/parallel.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
+#include <stdexcept>
 #include <vector>
+
+#include <fmt/format.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -203,6 +210,110 @@ Pool& pool() {
   return p;
 }
 
+// How a job's range is split between the threads. Each chunk's result depends only on its
+// own indices (every kernel writes each output element from one chunk, and a reduction over
+// chunks folds them by chunk index, never by thread), so where a split falls never changes
+// a bit, and it can follow the threads' speeds. On a VM one vCPU is often slower than the
+// other for seconds at a time (host load; here 9-15% over a whole run, either one): with
+// equal halves the fast thread waited for the slow one at the end of every job. The split
+// gives thread t a share of the range proportional to its speed, learned from the jobs
+// themselves: after each job of at least min_learn_ns a thread, each thread's rate
+// (indices a nanosecond) moves the shares a step (learn_rate) towards the rates'
+// proportions. A thread's speed also depends on the job (whose cache holds its inputs, a
+// product's column split against its row split), so shares are learned per kind of job,
+// its (n, grain), which a plan repeats every step; a new kind starts from the shares
+// learned over all jobs. Learned shares stay within [min_share, max_share] of an equal one.
+// GG_SHARES=0 keeps equal chunks (the split before this); set_thread_shares fixes them.
+constexpr int max_timed = 8;  // threads whose chunks are weighted; more share equally
+class Shares {
+ public:
+  struct alignas(64) Slot {  // one cache line each: threads write theirs at the same moment
+    std::int64_t ns = 0;
+  };
+  void resize(int threads) {  // a new thread count starts from equal shares, learning
+    if (int(share_.size()) == threads) return;
+    share_.assign(std::size_t(threads), 1.0);
+    kinds_.clear();
+    fixed_ = false;
+  }
+  void fix(std::vector<double> s) {  // empty: learn again from equal shares
+    fixed_ = !s.empty();
+    if (s.empty()) s.assign(share_.size(), 1.0);
+    double total = 0;
+    for (double v : s) total += v;
+    for (double& v : s) v *= double(s.size()) / total;  // mean 1
+    share_ = std::move(s);
+    kinds_.clear();
+  }
+  const std::vector<double>& get() const { return share_; }
+  // Fills start[0..threads] with the weighted split of a job of this kind and returns the
+  // shares it used (for learn); null (start unset) when off or when a chunk other than the
+  // last would be shorter than grain.
+  std::vector<double>* split(std::int64_t n, std::int64_t grain, std::int64_t* start) {
+    if (!enabled_ && !fixed_) return nullptr;
+    std::vector<double>* use = &share_;
+    if (!fixed_) {
+      if (kinds_.size() >= max_kinds) kinds_.clear();  // bounded; relearned from share_
+      const auto [it, fresh] = kinds_.try_emplace({n, grain}, share_);
+      use = &it->second;
+    }
+    const std::vector<double>& sh = *use;
+    const std::size_t T = sh.size();
+    double total = 0;
+    for (double v : sh) total += v;
+    double acc = 0;
+    start[0] = 0;
+    for (std::size_t t = 0; t + 1 < T; ++t) {
+      acc += sh[t];
+      start[t + 1] = std::clamp<std::int64_t>(std::llround(double(n) * acc / total), start[t], n);
+      if (start[t + 1] - start[t] < grain) return nullptr;
+    }
+    start[T] = n;
+    return start[T] > start[T - 1] ? use : nullptr;
+  }
+  // Moves the shares `used` (and, for a kind's, the overall ones) towards the threads'
+  // measured rates in the job just run.
+  void learn(std::vector<double>* used, const std::int64_t* start, const Slot* took) {
+    if (fixed_) return;
+    const std::size_t T = share_.size();
+    double rate[max_timed], mean = 0;
+    for (std::size_t t = 0; t < T; ++t) {
+      if (took[t].ns < min_learn_ns) return;  // too short to tell speed from hand-off time
+      rate[t] = double(start[t + 1] - start[t]) / double(took[t].ns);
+      mean += rate[t] / double(T);
+    }
+    step(*used, rate, mean);
+    if (used != &share_) step(share_, rate, mean);
+  }
+
+ private:
+  static void step(std::vector<double>& sh, const double* rate, double mean) {
+    const std::size_t T = sh.size();
+    double total = 0;
+    for (std::size_t t = 0; t < T; ++t) {
+      const double target = rate[t] / mean;  // 1 = as fast as the average thread
+      sh[t] = std::clamp(sh[t] + learn_rate * (target - sh[t]), min_share, max_share);
+      total += sh[t];
+    }
+    for (double& v : sh) v *= double(T) / total;  // mean 1
+  }
+  static constexpr std::int64_t min_learn_ns = 20000;
+  static constexpr double learn_rate = 0.1, min_share = 0.5, max_share = 1.5;
+  static constexpr std::size_t max_kinds = 4096;
+  std::vector<double> share_;  // fixed, or learned over all jobs
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<double>> kinds_;  // (n, grain) -> learned shares
+  bool fixed_ = false;
+  bool enabled_ = [] {
+    const char* s = std::getenv("GG_SHARES");
+    return !(s && std::string_view(s) == "0");
+  }();
+};
+
+Shares& shares() {  // used under pool_mu
+  static Shares s;
+  return s;
+}
+
 }  // namespace
 
 int num_threads() {
@@ -211,6 +322,25 @@ int num_threads() {
 }
 
 void set_num_threads(int n) { wanted_threads.store(std::max(1, n)); }
+
+void set_thread_shares(std::vector<double> s) {
+  const int threads = num_threads();
+  if (!s.empty() && std::ssize(s) != threads)
+    throw std::invalid_argument(fmt::format("set_thread_shares: {} shares for {} threads (one a thread, or none to learn them)",
+                                            s.size(), threads));
+  for (std::size_t t = 0; t < s.size(); ++t)
+    if (!(s[t] > 0) || !std::isfinite(s[t]))
+      throw std::invalid_argument(fmt::format("set_thread_shares: share {} of thread {} is not a positive finite number", s[t], t));
+  std::lock_guard<std::mutex> lk(pool_mu);
+  shares().resize(threads);
+  shares().fix(std::move(s));
+}
+
+std::vector<double> thread_shares() {
+  std::lock_guard<std::mutex> lk(pool_mu);
+  shares().resize(num_threads());
+  return shares().get();
+}
 
 void parallel_for(std::int64_t n, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& body) {
@@ -229,11 +359,32 @@ void parallel_for(std::int64_t n, std::int64_t grain,
   std::lock_guard<std::mutex> lk(pool_mu);  // one parallel job at a time
   Pool& p = pool();
   p.resize(threads);
-  const std::int64_t per = (n + chunks - 1) / chunks;
+  Shares& sh = shares();
+  sh.resize(threads);
+  // Chunk t is [start[t], start[t + 1]). Weighted by the threads' measured speeds when every
+  // thread has a chunk and every chunk but the last stays at least `grain` long; else equal.
+  std::array<std::int64_t, max_timed + 1> start_small;
+  std::vector<std::int64_t> start_big;
+  std::int64_t* start = start_small.data();
+  if (chunks > max_timed) {
+    start_big.resize(std::size_t(chunks + 1));
+    start = start_big.data();
+  }
+  std::vector<double>* used = chunks == threads && threads <= max_timed ? sh.split(n, grain, start) : nullptr;
+  const bool timed = used != nullptr;
+  if (!timed) {
+    const std::int64_t per = (n + chunks - 1) / chunks;
+    for (std::int64_t t = 0; t <= chunks; ++t) start[t] = std::min(n, t * per);
+  }
+  std::array<Shares::Slot, max_timed> took;
   p.run([&](int t) {
-    std::int64_t b = t * per, e = std::min(n, b + per);
-    if (t < chunks && b < e) body(b, e);
+    if (t >= chunks || start[t] >= start[t + 1]) return;
+    if (!timed) return body(start[t], start[t + 1]);
+    const auto t0 = std::chrono::steady_clock::now();
+    body(start[t], start[t + 1]);
+    took[std::size_t(t)].ns = (std::chrono::steady_clock::now() - t0).count();
   });
+  if (timed) sh.learn(used, start, took.data());
 }
 
 }  // namespace gg

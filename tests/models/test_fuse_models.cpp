@@ -66,7 +66,8 @@ struct FusedRuns {
 };
 
 // Runs outs fused and unfused at 1 and 2 threads, every parameter set to a fixed wave;
-// all four runs must agree bit for bit, and every fused group be convex.
+// all four runs must agree bit for bit, and every fused group be convex. At 2 threads the
+// split of every job is skewed, one way unfused and the other fused (set_thread_shares).
 FusedRuns same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
                              const std::vector<std::pair<std::string, Tensor>>& feeds) {
   ParamStore ps;
@@ -79,6 +80,7 @@ FusedRuns same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
   for (int threads : {1, 2})
     for (bool fuse : {false, true}) {
       set_num_threads(threads);
+      if (threads == 2) set_thread_shares(fuse ? std::vector<double>{3, 1} : std::vector<double>{1, 3});
       Executor ex(g, outs, ps, 5, {.simplify = true, .fuse = fuse});
       r.bytes[fuse] = ex.unshared_bytes();
       CHECK(ex.fusion().groups.empty() != fuse);
@@ -99,6 +101,7 @@ FusedRuns same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
       ex.run();
       test::check_same_bits(ex, g, outs, want, "threads " + std::to_string(threads) + " fuse " + std::to_string(fuse));
     }
+  set_thread_shares({});
   set_num_threads(before);
   return r;
 }

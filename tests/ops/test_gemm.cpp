@@ -177,9 +177,10 @@ TEST_CASE("gemm called from inside parallel_for runs serially and correctly") {
   gg::set_num_threads(saved);
 }
 
-TEST_CASE("gemm gives bit-identical results on 1, 2 and 3 threads, call after call") {
+TEST_CASE("gemm gives bit-identical results on 1, 2 and 3 threads and any split, call after call") {
   // Threads split C into disjoint stripes and every element is summed in the same order,
-  // so the thread count (and the pool's spin/sleep hand-offs) must not change a single bit.
+  // so neither the thread count, nor where the threads' shares put the split, nor the
+  // pool's spin/sleep hand-offs may change a single bit.
   // Many back-to-back calls, with thread-count changes in between, also stress the pool.
   const int saved = gg::num_threads();
   const i64 M = 200, N = 130, K = 300;
@@ -197,6 +198,7 @@ TEST_CASE("gemm gives bit-identical results on 1, 2 and 3 threads, call after ca
     int mismatched_calls = 0;
     for (int rep = 0; rep < 60; ++rep) {
       gg::set_num_threads(1 + rep % 3);
+      if (rep % 3 == 1) gg::set_thread_shares(rep % 9 == 1 ? std::vector<double>{1, 3} : rep % 9 == 4 ? std::vector<double>{3, 1} : std::vector<double>{});
       std::vector<float> C(std::size_t(M * N), -1.f);
       gg::gemm(ta, tb, M, N, K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), N);
       if (C != want) ++mismatched_calls;

@@ -1,9 +1,12 @@
 // Tests for ops/parallel.cpp: parallel_for covers its range exactly once in contiguous
 // chunks no shorter than the grain, at any thread count; a nested call runs serially on
-// the calling thread; set_num_threads takes effect.
+// the calling thread; set_num_threads takes effect; chunks follow the threads' shares.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -53,5 +56,53 @@ TEST_CASE("a parallel_for inside a parallel_for runs serially on the worker's th
   });
   CHECK(inner_chunks.load() == 2);  // one serial chunk per outer chunk
   CHECK(mismatched.load() == 0);
+  set_num_threads(saved);
+}
+
+TEST_CASE("parallel_for splits a job by the threads' shares, and falls back to equal chunks") {
+  const int saved = num_threads();
+  set_num_threads(2);
+  auto chunks_of = [](std::int64_t n, std::int64_t grain) {
+    std::mutex mu;
+    std::vector<std::pair<std::int64_t, std::int64_t>> chunks;
+    parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
+      std::lock_guard<std::mutex> lk(mu);
+      chunks.push_back({b, e});
+    });
+    std::sort(chunks.begin(), chunks.end());
+    return chunks;
+  };
+  using Chunks = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  set_thread_shares({1, 3});  // thread 1 three quarters
+  CHECK(thread_shares() == std::vector<double>{0.5, 1.5});
+  CHECK(chunks_of(1000, 1) == Chunks{{0, 250}, {250, 1000}});
+  CHECK(chunks_of(2, 1) == Chunks{{0, 1}, {1, 2}});          // every thread still gets one index
+  CHECK(chunks_of(1000, 300) == Chunks{{0, 500}, {500, 1000}});  // 250 < grain: equal halves
+  set_thread_shares({3, 1});
+  CHECK(chunks_of(1000, 1) == Chunks{{0, 750}, {750, 1000}});
+  set_thread_shares({1, 1});
+  CHECK(chunks_of(7, 1) == Chunks{{0, 4}, {4, 7}});
+
+  CHECK_THROWS_WITH(set_thread_shares({1}), "set_thread_shares: 1 shares for 2 threads (one a thread, or none to learn them)");
+  CHECK_THROWS_WITH(set_thread_shares({1, 0}), "set_thread_shares: share 0 of thread 1 is not a positive finite number");
+  CHECK_THROWS_WITH(set_thread_shares({std::nan(""), 1}), "set_thread_shares: share nan of thread 0 is not a positive finite number");
+
+  // Learned shares: a job whose chunk takes thread 1 three times as long per index makes
+  // thread 1's share fall (within [0.5, 1.5] of an equal one, mean 1).
+  set_thread_shares({});
+  for (int job = 0; job < 60; ++job)
+    parallel_for(1000, 1, [](std::int64_t b, std::int64_t e) {
+      const auto per_index = std::chrono::nanoseconds(b == 0 ? 100 : 300);
+      const auto until = std::chrono::steady_clock::now() + per_index * (e - b);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    });
+  const std::vector<double> learned = thread_shares();
+  REQUIRE(learned.size() == 2);
+  CHECK(learned[0] + learned[1] == doctest::Approx(2.0));
+  CHECK(learned[1] < 0.8);
+  CHECK(learned[1] >= 0.5 - 1e-9);
+  set_num_threads(3);  // a new thread count starts again from equal shares
+  CHECK(thread_shares() == std::vector<double>{1, 1, 1});
   set_num_threads(saved);
 }
