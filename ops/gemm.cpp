@@ -157,9 +157,19 @@ constexpr i64 NC = 1024;              // columns of the packed B panel (KC x NC)
 constexpr i64 SMALL = 16 * 16 * 16;   // M*N*K at or below this: plain loops, no microkernel
 constexpr i64 DIRECT = 128 * 128 * 128;  // M*N*K at or below this: microkernel, no packing
 // M*K at or below this with a transposed A: no packing. Only with AVX-512's 12-row slivers
-// (48 bytes of a row of A a step); AVX2's 6-row ones read half a cache line a step and come
-// back for the other half in another call: packing measured 1.11-1.48x faster on a Zen 3.
-constexpr i64 DIRECT_TA = MR >= 12 ? i64(1) << 19 : 0;
+// (48 bytes of a row of A a step) on AMD's cores, where it was measured faster (Zen 5: 8-10%
+// on the small model's weight gradients). AVX2's 6-row ones read half a cache line a step and
+// come back for the other half in another call: packing measured 1.11-1.48x faster on a Zen 3.
+// On an Intel Xeon with AVX-512 (family 6 model 167) packing was faster too: 1.08x hot and
+// 1.11-1.17x cold on those products (bench_gemm), the small model's step 1.03-1.07x.
+i64 direct_ta_limit() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const i64 limit = MR >= 12 && __builtin_cpu_is("amd") ? i64(1) << 19 : 0;
+  return limit;
+#else
+  return 0;
+#endif
+}
 constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
 
 // ---- per-thread packing buffers (grown on demand, never freed per call) ------------------
@@ -441,12 +451,11 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
 
   // Products up to DIRECT read A (and usually B) in place; larger ones pack panels, which
   // pays for itself once each packed element is reused enough. A transposed A of up to
-  // DIRECT_TA values is read in place at any size: its k-major rows are already the packed
-  // layout, and re-reading it from L2 costs less than copying it (the weight gradients'
-  // X^T @ G of a small model: 8-10% faster, measured with AVX-512 on a Zen 5; the opposite
-  // with AVX2 on a Zen 3, see DIRECT_TA).
+  // direct_ta_limit() values is read in place at any size where that was measured faster
+  // (AMD with AVX-512): its k-major rows are already the packed layout, and re-reading it
+  // from L2 costs less than copying it there.
   void (*const stripe)(const Problem&, i64, i64, i64, i64) =
-      M * N * K <= DIRECT || (ta && M * K <= DIRECT_TA) ? gemm_direct : gemm_blocked;
+      M * N * K <= DIRECT || (ta && M * K <= direct_ta_limit()) ? gemm_direct : gemm_blocked;
 
   // Threads take independent stripes of C: rows in MR units, or columns in NR units when
   // there are more column tiles than row tiles. Each thread packs its own panels.
