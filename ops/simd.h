@@ -15,6 +15,13 @@
 
 #include "ops/erf_table.h"
 
+// Which erf table the build takes (see erf below): the wide one with AVX-512's 16 lanes.
+#if !defined(GG_SCALAR) && defined(__AVX512F__)
+#define GG_ERF_WIDE 1
+#else
+#define GG_ERF_WIDE 0
+#endif
+
 namespace gg::simd {
 
 #ifndef GG_SCALAR
@@ -47,21 +54,35 @@ inline vf fma(const vf& a, const vf& b, const vf& c) {
   return xsimd::fma(a, b, c);
 #endif
 }
-// erf by table (ops/erf_table.h, made by tools/fit_erf.py): a = |x|, interval
-// i = min(floor(a + 0.5), 3); on interval 0 ([0, 0.5)) p = a * P0(a * a), on the others
-// p = Pi(a - i) (exact), each P of degree 9 by Horner with fused multiply-adds; at most 1;
-// exactly 1 from erf_one_from (3.92) on, where erf rounds to 1 in float; then x's sign. NaN
-// stays NaN. Four intervals make each coefficient lookup one in-lane permute of a
-// four-float table (AVX2: 0.90 ns a value on a Zen 3, against 1.40 with 16 intervals,
-// whose lookups took two cross-lane permutes and a blend). The float version below does
-// the same operations, so a kernel's SIMD body and scalar tail give the same bits (where
-// the target has FMA: without it xsimd::fma rounds twice). Worst error 5.8e-8 absolute,
-// 2.1 ulp relative (tests/ops/test_simd.cpp), as with 16 intervals.
+// erf by table (ops/erf_table.h, made by tools/fit_erf.py): a = |x|, then a polynomial of
+// the interval a lies in by Horner with fused multiply-adds, at most 1; exactly 1 from
+// erf_one_from (3.92) on, where erf rounds to 1 in float; then x's sign. NaN stays NaN.
+// Each ISA takes the table whose lookups it does fastest (measured in a clean loop):
+// - AVX-512, the wide table: 16 intervals i = min(floor(4a), 15) of degree 7 in
+//   t = a - center[i]; a sixteen-float table is one register, each lookup one cross-lane
+//   permute (Intel Xeon family 6 model 167: 0.263 ns a value, against 0.355 with the
+//   narrow table's more terms).
+// - AVX2 and narrower, the narrow table: 4 intervals i = min(floor(a + 0.5), 3) of degree 9,
+//   p = a * P0(a * a) on [0, 0.5) and Pi(a - i) (exact) on the others; each lookup one
+//   in-lane permute of a four-float table (Zen 3: 0.90 ns a value, against 1.40 with the
+//   wide table, whose lookups take two cross-lane permutes and a blend there).
+// The float version below does the same operations as the build's SIMD one, so a kernel's
+// SIMD body and scalar tail give the same bits (where the target has FMA: without it
+// xsimd::fma rounds twice). Worst error of either table 5.8e-8 absolute, 2.1 ulp relative
+// (tests/ops/test_simd.cpp).
 inline vf erf(const vf& x) {
   using namespace detail;
-  static_assert(erf_intervals <= 4);  // an in-lane permute picks from four floats
   const vf a = xsimd::abs(x);
-  const auto i = xsimd::to_int(xsimd::min(a + vf(0.5f), vf(float(erf_intervals - 1))));  // truncated
+#if GG_ERF_WIDE
+  static_assert(width == 16 && erf_wide_intervals == 16);  // a table is one register
+  const __m512i i = _mm512_cvttps_epi32(_mm512_min_ps(_mm512_mul_ps(a, _mm512_set1_ps(4.f)), _mm512_set1_ps(15.f)));
+  auto lookup = [&](const float* table) { return vf(_mm512_permutexvar_ps(i, _mm512_load_ps(table))); };
+  const vf t = a - lookup(erf_wide_center);
+  vf p = lookup(erf_wide_coef[erf_wide_degree]);
+  for (int d = erf_wide_degree - 1; d >= 0; --d) p = fma(p, t, lookup(erf_wide_coef[d]));
+#else
+  static_assert(erf_narrow_intervals <= 4);  // an in-lane permute picks from four floats
+  const auto i = xsimd::to_int(xsimd::min(a + vf(0.5f), vf(float(erf_narrow_intervals - 1))));  // truncated
   const vf fi = xsimd::to_float(i);
 #if defined(__AVX512F__)
   static_assert(width == 16);
@@ -74,9 +95,10 @@ inline vf erf(const vf& x) {
 #endif
   const auto first = fi == vf(0.f);
   const vf t = xsimd::select(first, a * a, a - fi);
-  vf p = lookup(erf_coef[erf_degree]);
-  for (int d = erf_degree - 1; d >= 0; --d) p = fma(p, t, lookup(erf_coef[d]));
+  vf p = lookup(erf_narrow_coef[erf_narrow_degree]);
+  for (int d = erf_narrow_degree - 1; d >= 0; --d) p = fma(p, t, lookup(erf_narrow_coef[d]));
   p = p * xsimd::select(first, a, vf(1.f));  // times 1 is exact: the scalar path's branch
+#endif
   p = xsimd::select(p > vf(1.f), vf(1.f), p);
   p = xsimd::select(a >= vf(erf_one_from), vf(1.f), p);
   return xsimd::bitwise_or(p, xsimd::bitwise_and(x, vf(-0.f)));
@@ -109,11 +131,18 @@ inline float erf(float x) {  // the SIMD erf's operations, one value at a time
   using namespace detail;
   const float a = std::fabs(x);
   if (!(a < erf_one_from)) return a != a ? x : std::copysign(1.f, x);
-  const int i = std::min(int(a + 0.5f), erf_intervals - 1);
+#if GG_ERF_WIDE
+  const int i = std::min(int(a * 4.f), erf_wide_intervals - 1);
+  const float t = a - erf_wide_center[i];
+  float p = erf_wide_coef[erf_wide_degree][i];
+  for (int d = erf_wide_degree - 1; d >= 0; --d) p = std::fma(p, t, erf_wide_coef[d][i]);
+#else
+  const int i = std::min(int(a + 0.5f), erf_narrow_intervals - 1);
   const float t = i == 0 ? a * a : a - float(i);
-  float p = erf_coef[erf_degree][i];
-  for (int d = erf_degree - 1; d >= 0; --d) p = std::fma(p, t, erf_coef[d][i]);
+  float p = erf_narrow_coef[erf_narrow_degree][i];
+  for (int d = erf_narrow_degree - 1; d >= 0; --d) p = std::fma(p, t, erf_narrow_coef[d][i]);
   if (i == 0) p = p * a;
+#endif
   return std::copysign(p > 1.f ? 1.f : p, x);
 }
 inline float max(float a, float b) { return a > b ? a : b; }  // like _mm_max_ps: NaN in a gives b

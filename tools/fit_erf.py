@@ -3,26 +3,32 @@
 
     /usr/bin/python3 tools/fit_erf.py > ops/erf_table.h
 
-erf(a) for a = |x| in [0, 3.92) is one polynomial of degree 9 on each of 4 intervals,
-i = min(floor(a + 0.5), 3) (float arithmetic, as the kernel does it):
-- interval 0, [0, 0.5): erf(a) = a * P(a^2), P of degree 6 (its higher coefficients 0: a
-  degree-9 fit there is ill-conditioned), fitted to erf(a)/a with P(0) = 2/sqrt(pi) rounded
-  first, so tiny arguments keep their relative accuracy;
-- intervals 1 and 2, [i - 0.5, i + 0.5), and 3, [2.5, 3.92): P(a - i), a - i exact
-  (Sterbenz), least squares on 600 Chebyshev nodes.
-Four intervals make every coefficient lookup one in-lane permute of a four-float table
-(vpermilps on AVX2 and AVX-512) instead of two cross-lane permutes and a blend on AVX2
-(16 intervals: 1.40 ns a value on a Zen 3). From 3.9192059 on (erf_one_from) erf rounds
-to 1 in float and the kernel returns exactly 1. The script evaluates the table exactly as
-the kernel does (float32 Horner with fused multiply-adds) on 220,000 points and prints the
-worst absolute and relative (ulp) errors against math.erf into the header.
+Two tables of the same accuracy, one for each way a vector unit looks up a coefficient;
+ops/simd.h takes the one that was measured faster on the build's ISA (and its scalar path
+the same one, so a kernel's SIMD body and tail agree bit for bit):
+
+- narrow (erf_narrow_*: AVX2, SSE, the scalar build): 4 intervals of degree 9,
+  i = min(floor(a + 0.5), 3), every lookup one in-lane permute of a four-float table
+  (vpermilps). Interval 0, [0, 0.5): erf(a) = a * P(a^2), P of degree 6 (its higher
+  coefficients 0: a degree-9 fit there is ill-conditioned), fitted to erf(a)/a with
+  P(0) = 2/sqrt(pi) rounded first, so tiny arguments keep their relative accuracy;
+  intervals 1 and 2, [i - 0.5, i + 0.5), and 3, [2.5, 3.92): P(a - i), a - i exact
+  (Sterbenz). On a Zen 3 (AVX2) 0.90 ns a value, against 1.40 with the wide table, whose
+  lookups there take two cross-lane permutes and a blend.
+- wide (erf_wide_*: AVX-512): 16 intervals [i/4, (i+1)/4) of degree 7 in t = a - center[i],
+  i = min(floor(4a), 15); a sixteen-float table is one register, every lookup one
+  cross-lane permute (vpermps), and there are fewer terms: on an Intel Xeon (family 6
+  model 167) 0.263 ns a value, against 0.355 with the narrow table. Interval 0 is odd,
+  fitted for relative error as above (erf(a)/a in a^2).
+
+Least squares on Chebyshev nodes, rounded to float. From 3.9192059 on (erf_one_from) erf
+rounds to 1 in float and the kernel returns exactly 1. The script evaluates each table
+exactly as the kernel does (float32 Horner with fused multiply-adds) on 220,000 points and
+prints the worst absolute and relative (ulp) errors against math.erf into the header.
 """
 import math
 
 import numpy as np
-
-DEG, NI, NODES = 9, 4, 600
-DEG0 = 6  # interval 0's degree in a^2 (a^13 overall); its higher coefficients are 0
 
 
 def f32(x):
@@ -41,73 +47,124 @@ def one_from():  # the least float a whose erf rounds to 1 in float
 
 
 ONE_FROM = one_from()
+C0 = float(f32(2 / math.sqrt(math.pi)))  # erf(a)/a at 0, rounded first
 
 
-def fit():
-    coefs = []
-    for i in range(NI):
-        lo, hi = max(0.0, i - 0.5), (i + 0.5 if i < NI - 1 else float(ONE_FROM))
-        k = np.arange(NODES)
-        x = (lo + hi) / 2 + (hi - lo) / 2 * np.cos(np.pi * (k + 0.5) / NODES)
-        y = np.array([math.erf(v) for v in x])
-        if i == 0:
-            c0 = float(f32(2 / math.sqrt(math.pi)))
-            z = x * x
-            A = np.stack([z ** p for p in range(1, DEG0 + 1)], 1)
-            cc = [c0] + list(np.linalg.lstsq(A, y / x - c0, rcond=None)[0]) + [0.0] * (DEG - DEG0)
-        else:
-            t = x - i
-            A = np.stack([t ** p for p in range(DEG + 1)], 1)
-            cc = list(np.linalg.lstsq(A, y, rcond=None)[0])
-        coefs.append([f32(v) for v in cc])
-    return coefs
+def nodes(lo, hi, n):  # n Chebyshev nodes on [lo, hi] and erf there
+    k = np.arange(n)
+    x = (lo + hi) / 2 + (hi - lo) / 2 * np.cos(np.pi * (k + 0.5) / n)
+    return x, np.array([math.erf(v) for v in x])
 
 
-def erf32(a, coefs):  # the kernel's arithmetic, step for step
+def lstsq(columns, y):
+    return list(np.linalg.lstsq(np.stack(columns, 1), y, rcond=None)[0])
+
+
+class Narrow:  # 4 intervals of degree 9; interval 0 is a * P(a^2)
+    name, DEG, NI, DEG0 = "narrow", 9, 4, 6
+
+    def fit(self):
+        self.coefs = []
+        for i in range(self.NI):
+            lo, hi = max(0.0, i - 0.5), (i + 0.5 if i < self.NI - 1 else float(ONE_FROM))
+            x, y = nodes(lo, hi, 600)
+            if i == 0:
+                z = x * x
+                s = lstsq([z ** p for p in range(1, self.DEG0 + 1)], y / x - C0)
+                cc = [C0] + s + [0.0] * (self.DEG - self.DEG0)
+            else:
+                cc = lstsq([(x - i) ** p for p in range(self.DEG + 1)], y)
+            self.coefs.append([f32(v) for v in cc])
+
+    def poly(self, x):  # the kernel's arithmetic for 0 <= x < ONE_FROM, step for step
+        i = min(int(np.float32(x + np.float32(0.5))), self.NI - 1)
+        t = np.float32(x * x) if i == 0 else np.float32(x - np.float32(i))
+        p = self.coefs[i][self.DEG]
+        for d in range(self.DEG - 1, -1, -1):
+            p = fma32(p, t, self.coefs[i][d])
+        return np.float32(x * p) if i == 0 else p
+
+    rule = ("i = min(floor(a + 0.5), 3), p = sum over d of coef[d][i] * t^d;\n"
+            "// t = a * a and erf = a * p on interval 0, t = a - i and erf = p on the others")
+    align = 16
+
+
+class Wide:  # 16 intervals of degree 7 around their centres; interval 0 is odd
+    name, DEG, NI, W = "wide", 7, 16, 0.25
+
+    def fit(self):
+        self.centers, self.coefs = [], []
+        for i in range(self.NI):
+            lo, hi = i * self.W, (i + 1) * self.W
+            c = 0.0 if i == 0 else lo + self.W / 2
+            x, y = nodes(lo, hi, 400)
+            if i == 0:
+                s = lstsq([x ** p for p in (2, 4, 6)], y / x - C0)
+                cc = [0.0, C0, 0.0, s[0], 0.0, s[1], 0.0, s[2]]
+            else:
+                cc = lstsq([(x - c) ** p for p in range(self.DEG + 1)], y)
+            self.centers.append(f32(c))
+            self.coefs.append([f32(v) for v in cc])
+
+    def poly(self, x):
+        i = min(int(np.float32(x * np.float32(4))), self.NI - 1)
+        t = np.float32(x - self.centers[i])
+        p = self.coefs[i][self.DEG]
+        for d in range(self.DEG - 1, -1, -1):
+            p = fma32(p, t, self.coefs[i][d])
+        return p
+
+    rule = "i = min(floor(4a), 15), erf = sum over d of coef[d][i] * t^d,\n// t = a - center[i]"
+    align = 64
+
+
+def erf32(a, scheme):
     x = np.float32(abs(a))
     if not x < ONE_FROM:
         return np.float32(math.copysign(1.0, a))
-    i = min(int(np.float32(x + np.float32(0.5))), NI - 1)
-    t = np.float32(x * x) if i == 0 else np.float32(x - np.float32(i))
-    p = coefs[i][DEG]
-    for d in range(DEG - 1, -1, -1):
-        p = fma32(p, t, coefs[i][d])
-    if i == 0:
-        p = np.float32(x * p)
+    p = scheme.poly(x)
     p = np.float32(1) if p > 1 else p
     return np.float32(math.copysign(float(p), a))
 
 
-def errors(coefs):
+def errors(scheme):
     xs = np.concatenate([np.linspace(0, 4.5, 200001), np.geomspace(1e-30, 0.3, 20001)]).astype(np.float32)
     worst_abs = worst_ulp = 0.0
     for a in xs:
         ref = math.erf(float(a))
-        e = abs(float(erf32(a, coefs)) - ref)
+        e = abs(float(erf32(a, scheme)) - ref)
         worst_abs = max(worst_abs, e)
         worst_ulp = max(worst_ulp, e / float(np.spacing(np.float32(ref))))
     return worst_abs, worst_ulp
 
 
+def lit(v):  # a float literal that reads back as exactly v
+    s = "%.9g" % float(v)
+    return s + ("f" if "." in s or "e" in s else ".0f")
+
+
 def main():
-    coefs = fit()
-    worst_abs, worst_ulp = errors(coefs)
-    def lit(v):  # a float literal that reads back as exactly v
-        s = "%.9g" % float(v)
-        return s + ("f" if "." in s or "e" in s else ".0f")
-    print("// Generated by tools/fit_erf.py: do not edit. The tables of gg::simd::erf (ops/simd.h).")
-    print("// erf(a), 0 <= a < erf_one_from, on interval i = min(floor(a + 0.5), 3): p = sum over d of")
-    print("// erf_coef[d][i] * t^d with t = a * a and erf = a * p on interval 0, t = a - i and erf = p")
-    print("// on the others. Against math.erf on 220,000 points in [0, 4.5] and [1e-30, 0.3]:")
-    print("// worst absolute error %.2e, worst relative error %.2f ulp." % (worst_abs, worst_ulp))
+    print("// Generated by tools/fit_erf.py: do not edit. The tables of gg::simd::erf (ops/simd.h),")
+    print("// erf(a) for 0 <= a < erf_one_from; the script's docstring says which ISA takes which.")
     print("#pragma once\n\nnamespace gg::simd::detail {\n")
-    print("inline constexpr int erf_degree = %d;" % DEG)
-    print("inline constexpr int erf_intervals = %d;" % NI)
     print("inline constexpr float erf_one_from = %s;  // erf rounds to 1 in float from here on" % lit(ONE_FROM))
-    print("alignas(16) inline constexpr float erf_coef[%d][%d] = {" % (DEG + 1, NI))
-    for d in range(DEG + 1):
-        print("    {%s}," % ", ".join(lit(coefs[i][d]) for i in range(NI)))
-    print("};\n\n}  // namespace gg::simd::detail")
+    for scheme in (Narrow(), Wide()):
+        scheme.fit()
+        worst_abs, worst_ulp = errors(scheme)
+        n = "erf_" + scheme.name
+        print("\n// %s: %d intervals of degree %d: %s." % (n, scheme.NI, scheme.DEG, scheme.rule))
+        print("// Against math.erf on 220,000 points in [0, 4.5] and [1e-30, 0.3]: worst absolute")
+        print("// error %.2e, worst relative error %.2f ulp." % (worst_abs, worst_ulp))
+        print("inline constexpr int %s_degree = %d;" % (n, scheme.DEG))
+        print("inline constexpr int %s_intervals = %d;" % (n, scheme.NI))
+        if hasattr(scheme, "centers"):
+            print("alignas(%d) inline constexpr float %s_center[%d] = {%s};"
+                  % (scheme.align, n, scheme.NI, ", ".join(lit(c) for c in scheme.centers)))
+        print("alignas(%d) inline constexpr float %s_coef[%d][%d] = {" % (scheme.align, n, scheme.DEG + 1, scheme.NI))
+        for d in range(scheme.DEG + 1):
+            print("    {%s}," % ", ".join(lit(scheme.coefs[i][d]) for i in range(scheme.NI)))
+        print("};")
+    print("\n}  // namespace gg::simd::detail")
 
 
 if __name__ == "__main__":

@@ -103,13 +103,15 @@ TEST_CASE("simd::map: the batch body agrees with the scalar path") {
 }
 
 TEST_CASE("simd::erf: within 6e-8 of erf and 2.1 ulp, the same bits in the body and the tail") {
-  // Every float step of 1/4096 over [-4.5, 4.5] (the 4 table intervals and past the end),
-  // the floats next to the intervals' ends (0.5, 1.5, 2.5; a + 0.5 rounds up into the next
-  // interval just below them) and 2,000 tiny magnitudes down to 1e-30 (the first
-  // interval's relative accuracy).
+  // Every float step of 1/4096 over [-4.5, 4.5] (the table's intervals and past the end),
+  // the floats next to the intervals' ends of either table (the narrow one's 0.5, 1.5, 2.5,
+  // where a + 0.5 rounds up into the next interval just below them; the wide one's k/4) and
+  // 2,000 tiny magnitudes down to 1e-30 (the first interval's relative accuracy).
   std::vector<float> a;
   for (int k = -18432; k <= 18432; ++k) a.push_back(float(k) / 4096.f);
-  for (float end : {0.5f, 1.5f, 2.5f, 3.9192059f}) {
+  std::vector<float> ends{3.9192059f};
+  for (int k = 1; k < 16; ++k) ends.push_back(float(k) / 4.f);  // 0.25 ... 3.75, 0.5, 1.5 and 2.5 among them
+  for (float end : ends) {
     float lo = end, hi = end;
     for (int k = 0; k < 8; ++k) {
       lo = std::nextafter(lo, 0.f);
