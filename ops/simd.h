@@ -84,10 +84,7 @@ inline vf erf(const vf& x) {
   static_assert(erf_narrow_intervals <= 4);  // an in-lane permute picks from four floats
   const auto i = xsimd::to_int(xsimd::min(a + vf(0.5f), vf(float(erf_narrow_intervals - 1))));  // truncated
   const vf fi = xsimd::to_float(i);
-#if defined(__AVX512F__)
-  static_assert(width == 16);
-  auto lookup = [&](const float* table) { return vf(_mm512_permutevar_ps(_mm512_broadcast_f32x4(_mm_load_ps(table)), i)); };
-#elif defined(__AVX2__)
+#if defined(__AVX2__)
   static_assert(width == 8);
   auto lookup = [&](const float* table) { return vf(_mm256_permutevar_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(table)), i)); };
 #else
