@@ -60,8 +60,16 @@ def lstsq(columns, y):
     return list(np.linalg.lstsq(np.stack(columns, 1), y, rcond=None)[0])
 
 
+def horner(c, t):  # sum over d of c[d] * t^d in float32 with fused multiply-adds, as the kernel
+    p = c[-1]
+    for d in range(len(c) - 2, -1, -1):
+        p = fma32(p, t, c[d])
+    return p
+
+
 class Narrow:  # 4 intervals of degree 9; interval 0 is a * P(a^2)
     name, DEG, NI, DEG0 = "narrow", 9, 4, 6
+    centers = None  # t = a - i: no table of centres
 
     def fit(self):
         self.coefs = []
@@ -79,9 +87,7 @@ class Narrow:  # 4 intervals of degree 9; interval 0 is a * P(a^2)
     def poly(self, x):  # the kernel's arithmetic for 0 <= x < ONE_FROM, step for step
         i = min(int(np.float32(x + np.float32(0.5))), self.NI - 1)
         t = np.float32(x * x) if i == 0 else np.float32(x - np.float32(i))
-        p = self.coefs[i][self.DEG]
-        for d in range(self.DEG - 1, -1, -1):
-            p = fma32(p, t, self.coefs[i][d])
+        p = horner(self.coefs[i], t)
         return np.float32(x * p) if i == 0 else p
 
     rule = ("i = min(floor(a + 0.5), 3), p = sum over d of coef[d][i] * t^d;\n"
@@ -108,11 +114,7 @@ class Wide:  # 16 intervals of degree 7 around their centres; interval 0 is odd
 
     def poly(self, x):
         i = min(int(np.float32(x * np.float32(4))), self.NI - 1)
-        t = np.float32(x - self.centers[i])
-        p = self.coefs[i][self.DEG]
-        for d in range(self.DEG - 1, -1, -1):
-            p = fma32(p, t, self.coefs[i][d])
-        return p
+        return horner(self.coefs[i], np.float32(x - self.centers[i]))
 
     rule = "i = min(floor(4a), 15), erf = sum over d of coef[d][i] * t^d,\n// t = a - center[i]"
     align = 64
@@ -157,7 +159,7 @@ def main():
         print("// error %.2e, worst relative error %.2f ulp." % (worst_abs, worst_ulp))
         print("inline constexpr int %s_degree = %d;" % (n, scheme.DEG))
         print("inline constexpr int %s_intervals = %d;" % (n, scheme.NI))
-        if hasattr(scheme, "centers"):
+        if scheme.centers is not None:
             print("alignas(%d) inline constexpr float %s_center[%d] = {%s};"
                   % (scheme.align, n, scheme.NI, ", ".join(lit(c) for c in scheme.centers)))
         print("alignas(%d) inline constexpr float %s_coef[%d][%d] = {" % (scheme.align, n, scheme.DEG + 1, scheme.NI))
