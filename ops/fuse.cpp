@@ -6,7 +6,7 @@
 // otherwise it starts a group of its own, as its root.
 //
 // A flat group walks its output in whole SIMD registers (as the unary kernels do), in
-// tiles of `tile` values, each member writing one tile-sized buffer on the stack. A row
+// tiles (buffer_values), each member writing one tile-sized buffer on the stack. A row
 // group walks blocks of whole rows; each member writes the block's rows into a per-thread
 // buffer (n values a row, or 1 if reduced). Stored members and the root write their own
 // buffers instead, where later members read them. A block starts on a register boundary of
@@ -28,15 +28,25 @@
 namespace gg {
 namespace {
 
-// Values per member buffer: flat groups, and about that many for a row group's full members.
-// Each member is one pass over its buffer, so a pass's set-up (the op's dispatch, the
-// broadcast checks, the SIMD loop's tail) is paid once per buffer. Flat tiles of 2048
-// instead of 512 ran hot flat groups 1.15-1.3x faster (a chain of 8 binary ops 0.34 -> 0.28
-// ns a value, 8 muls by a scalar 0.26 -> 0.20, GELU 0.34 -> 0.30; one thread, a (64, 512)
-// input, Zen 5), though a group's buffers then outgrow L1 for L2; rows were raised from
-// 1024 to 4096 alike (with both, the small GPT's step: 1.01x).
-constexpr std::int64_t tile = 2048;
-constexpr std::int64_t block_values = 4096;
+// Values per member buffer. Each member is one pass over its buffer, so a pass's set-up
+// (the op's dispatch, the broadcast checks, the SIMD loop's tail) is paid once per buffer:
+// larger buffers pay it less often (flat tiles of 2048 instead of 512: a chain of 8 binary
+// ops 0.34 -> 0.28 ns a value on a Zen 5, one thread, hot). But the buffers a group writes
+// and reads back (its members that are not stored) must stay in L1 together: on an Intel
+// Xeon (family 6 model 167, 48 KB L1) GELU's forward group of 5 such members with 4096
+// values each (80 KB) ran at 0.75-0.81 ns a value, with 1024 each at 0.52 (one thread,
+// hot), every store missing L1. So a group's buffers share `l1_budget` floats, within
+// [min_buffer, max_buffer] values each.
+constexpr std::int64_t l1_budget = 8192;  // 32 KB: the smallest L1 of the x86 cores measured
+constexpr std::int64_t min_buffer = 512, max_buffer = 4096;
+constexpr std::int64_t tile = 2048;  // a flat group's largest tile (its buffers are on the stack)
+
+// Values per buffer for a group with `scratch` members that are not stored, a multiple of
+// `unit` (at least one unit).
+std::int64_t buffer_values(std::size_t scratch, std::int64_t unit) {
+  const std::int64_t v = std::clamp(l1_budget / std::max<std::int64_t>(1, std::int64_t(scratch)), min_buffer, max_buffer);
+  return std::max<std::int64_t>(1, v / unit) * unit;
+}
 
 bool transcendental(OpKind k) { return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf; }
 
@@ -191,12 +201,18 @@ void run_flat(const FusedGroup& group, std::span<const View> in, View out, std::
   const std::size_t count = group.program.size();
   const std::vector<float*> whole = member_outputs(group, out, stored);
   // Chunks in whole registers, as unary_kernel: only the last value(s) take the scalar tail.
+  // Member k's tile: its own buffer from t0 when stored, else slot[k] of the stack's.
+  std::vector<std::int64_t> slot(count, 0);
+  std::size_t scratch = 0;
+  for (std::size_t k = 0; k < count; ++k)
+    if (!whole[k]) slot[k] = std::int64_t(scratch++);
+  const std::int64_t t = std::min(tile, buffer_values(scratch, w));
   parallel_for((n - begin + w - 1) / w, 8192 / w, [&](std::int64_t b, std::int64_t e) {
-    alignas(64) float buf[max_fused_members][tile];
+    alignas(64) float buf[max_fused_members * tile];
     const std::int64_t lo = (first + b) * w, hi = std::min(n, (first + e) * w);
-    for (std::int64_t t0 = lo; t0 < hi; t0 += tile) {
-      const std::int64_t len = std::min(tile, hi - t0);
-      auto member = [&](std::size_t k) { return whole[k] ? whole[k] + t0 : buf[k]; };
+    for (std::int64_t t0 = lo; t0 < hi; t0 += t) {
+      const std::int64_t len = std::min(t, hi - t0);
+      auto member = [&](std::size_t k) { return whole[k] ? whole[k] + t0 : buf + slot[k] * t; };
       auto operand = [&](int o) -> Operand {
         if (o >= 0) return {member(std::size_t(o)), false};
         const View& v = in[std::size_t(-o - 1)];
@@ -262,7 +278,9 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::
   std::int64_t unit = 1;
   for (const FusedInstr& ins : group.program)
     if (transcendental(ins.op)) unit = std::lcm(unit, ins.reduced ? w : w / std::gcd(n, w));
-  const std::int64_t R = unit * std::max<std::int64_t>(1, block_values / (unit * n));
+  std::size_t scratch = 0;
+  for (std::size_t k = 0; k < count; ++k) scratch += whole[k] == nullptr;
+  const std::int64_t R = unit * std::max<std::int64_t>(1, buffer_values(scratch, 1) / (unit * n));
   const std::int64_t blocks = (rows - begin + R - 1) / R;
   // Per-thread scratch: member k's block at off[k] (stored members and the root write their
   // own buffers instead), then the row offsets of the inputs read at no fixed step.
