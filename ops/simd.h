@@ -148,11 +148,22 @@ inline float select(bool m, float a, float b) { return m ? a : b; }
 inline float one_where(bool m) { return m ? 1.f : 0.f; }
 inline bool not_equal(float a, float b) { return a != b; }
 
-// out[i] = f(a[i]) for i < n.
+// out[i] = f(a[i]) for i < n. With AVX-512's 32 registers the body takes two registers a
+// step: a transcendental f (erf, exp) is a long dependent chain, and two independent ones
+// side by side keep the FMA ports busier than the out-of-order window alone does (Intel
+// Xeon family 6 model 167, 2048 floats hot: erf 0.281 -> 0.241 ns a value, exp 0.224 ->
+// 0.188; four a step no better; not measured with AVX2's 16 registers, where two erf
+// chains and their tables may not fit). The same values take the SIMD body, so the same bits.
 template <class F>
 inline void map(std::size_t n, float* out, const float* a, F f) {
   std::size_t i = 0;
 #ifndef GG_SCALAR
+  if constexpr (width >= 16)
+    for (; i + 2 * width <= n; i += 2 * width) {
+      const vf x0 = f(load(a + i)), x1 = f(load(a + i + width));
+      store(out + i, x0);
+      store(out + i + width, x1);
+    }
   for (; i + width <= n; i += width) store(out + i, f(load(a + i)));
 #endif
   for (; i < n; ++i) out[i] = f(a[i]);
