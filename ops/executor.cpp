@@ -593,7 +593,7 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
     throw GraphError(fmt::format("the plan needs {:.1f} GiB for intermediate values, more than this machine's {:.1f} GiB "
                                  "of memory (is the model or batch too large?)",
                                  double(arena_bytes_) / (1 << 30), double(physical_memory_bytes()) / (1 << 30)));
-  arena_.reset(aligned_alloc64(arena_bytes_));
+  arena_.reset(aligned_alloc_large(arena_bytes_));
   std::memset(arena_.get(), 0, std::max<std::size_t>(arena_bytes_, 1));
 }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace gg {
@@ -16,6 +17,17 @@ void* aligned_alloc64(std::size_t bytes) {
   std::size_t n = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, n);
   if (!p) throw std::bad_alloc();
+  return p;
+}
+void* aligned_alloc_large(std::size_t bytes) {
+  constexpr std::size_t huge = std::size_t(2) << 20;
+  if (bytes < huge) return aligned_alloc64(bytes);
+  const std::size_t n = (bytes + huge - 1) / huge * huge;
+  void* p = std::aligned_alloc(huge, n);
+  if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  madvise(p, n, MADV_HUGEPAGE);  // advice only: failure leaves ordinary pages
+#endif
   return p;
 }
 void aligned_free(void* p) { std::free(p); }

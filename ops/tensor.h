@@ -51,6 +51,10 @@ class Tensor {
 
 // Memory aligned to 64 bytes, released with aligned_free.
 void* aligned_alloc64(std::size_t bytes);
+// The same for one large buffer walked over and over (an executor's arena): from 2 MB on it
+// is aligned to 2 MB, its size rounded up to that, and the kernel is asked to back it with
+// transparent huge pages (madvise; a no-op where the kernel has them always or never).
+void* aligned_alloc_large(std::size_t bytes);
 void aligned_free(void* p);
 
 // Named parameter tensors, shared by every executor (and graph) that refers to them.
