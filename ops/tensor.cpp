@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 namespace gg {
 
 void* aligned_alloc64(std::size_t bytes) {
+  if (bytes > std::numeric_limits<std::size_t>::max() - 64) throw std::bad_alloc();  // no wrap-around
   std::size_t n = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, n);
   if (!p) throw std::bad_alloc();
@@ -22,6 +24,7 @@ void* aligned_alloc64(std::size_t bytes) {
 void* aligned_alloc_large(std::size_t bytes) {
   constexpr std::size_t huge = std::size_t(2) << 20;
   if (bytes < huge) return aligned_alloc64(bytes);
+  if (bytes > std::numeric_limits<std::size_t>::max() - huge) throw std::bad_alloc();  // no wrap-around
   const std::size_t n = (bytes + huge - 1) / huge * huge;
   void* p = std::aligned_alloc(huge, n);
   if (!p) throw std::bad_alloc();

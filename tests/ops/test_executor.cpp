@@ -419,3 +419,19 @@ TEST_CASE("a Tensor with a negative dimension and sum_to a shape that does not b
   CHECK(contains(msg, "(5,) does not broadcast to (2, 3)"));
   CHECK(contains(error_of([&] { op::sum_to(g, 42, {5}); }), "%42 is not a node of this graph"));
 }
+
+TEST_CASE("aligned allocations: 64-byte and, from 2 MB on, 2 MB alignment; a size that would wrap around throws") {
+  void* small = aligned_alloc64(100);
+  CHECK(reinterpret_cast<std::uintptr_t>(small) % 64 == 0);
+  aligned_free(small);
+  void* large = aligned_alloc_large(std::size_t(3) << 20);
+  CHECK(reinterpret_cast<std::uintptr_t>(large) % (std::size_t(2) << 20) == 0);
+  static_cast<char*>(large)[(std::size_t(3) << 20) - 1] = 1;  // the whole size is there
+  aligned_free(large);
+  void* below = aligned_alloc_large(1000);  // below 2 MB: an ordinary allocation
+  CHECK(reinterpret_cast<std::uintptr_t>(below) % 64 == 0);
+  aligned_free(below);
+  CHECK_THROWS_AS(aligned_alloc64(SIZE_MAX), std::bad_alloc);
+  CHECK_THROWS_AS(aligned_alloc_large(SIZE_MAX), std::bad_alloc);
+  CHECK_THROWS_AS(aligned_alloc_large(SIZE_MAX - 100), std::bad_alloc);
+}
