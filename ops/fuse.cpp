@@ -15,6 +15,7 @@
 #include "ops/fuse.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -202,7 +203,7 @@ void run_flat(const FusedGroup& group, std::span<const View> in, View out, std::
   const std::vector<float*> whole = member_outputs(group, out, stored);
   // Chunks in whole registers, as unary_kernel: only the last value(s) take the scalar tail.
   // Member k's tile: its own buffer from t0 when stored, else slot[k] of the stack's.
-  std::vector<std::int64_t> slot(count, 0);
+  std::array<std::int64_t, max_fused_members> slot{};
   std::size_t scratch = 0;
   for (std::size_t k = 0; k < count; ++k)
     if (!whole[k]) slot[k] = std::int64_t(scratch++);
@@ -278,8 +279,7 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::
   std::int64_t unit = 1;
   for (const FusedInstr& ins : group.program)
     if (transcendental(ins.op)) unit = std::lcm(unit, ins.reduced ? w : w / std::gcd(n, w));
-  std::size_t scratch = 0;
-  for (std::size_t k = 0; k < count; ++k) scratch += whole[k] == nullptr;
+  const auto scratch = std::size_t(std::count(whole.begin(), whole.end(), nullptr));
   const std::int64_t R = unit * std::max<std::int64_t>(1, buffer_values(scratch, 1) / (unit * n));
   const std::int64_t blocks = (rows - begin + R - 1) / R;
   // Per-thread scratch: member k's block at off[k] (stored members and the root write their

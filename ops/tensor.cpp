@@ -14,22 +14,26 @@
 
 namespace gg {
 
-void* aligned_alloc64(std::size_t bytes) {
-  if (bytes > std::numeric_limits<std::size_t>::max() - 64) throw std::bad_alloc();  // no wrap-around
-  std::size_t n = (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, n);
+namespace {
+// `bytes` rounded up to a multiple of `align`; std::bad_alloc where that would wrap around.
+std::size_t round_up(std::size_t bytes, std::size_t align) {
+  if (bytes > std::numeric_limits<std::size_t>::max() - (align - 1)) throw std::bad_alloc();
+  return (bytes + align - 1) / align * align;
+}
+void* aligned_block(std::size_t bytes, std::size_t align) {
+  void* p = std::aligned_alloc(align, round_up(bytes, align));
   if (!p) throw std::bad_alloc();
   return p;
 }
+}  // namespace
+
+void* aligned_alloc64(std::size_t bytes) { return aligned_block(std::max<std::size_t>(bytes, 1), 64); }
 void* aligned_alloc_large(std::size_t bytes) {
   constexpr std::size_t huge = std::size_t(2) << 20;
   if (bytes < huge) return aligned_alloc64(bytes);
-  if (bytes > std::numeric_limits<std::size_t>::max() - huge) throw std::bad_alloc();  // no wrap-around
-  const std::size_t n = (bytes + huge - 1) / huge * huge;
-  void* p = std::aligned_alloc(huge, n);
-  if (!p) throw std::bad_alloc();
+  void* p = aligned_block(bytes, huge);
 #ifdef MADV_HUGEPAGE
-  madvise(p, n, MADV_HUGEPAGE);  // advice only: failure leaves ordinary pages
+  madvise(p, round_up(bytes, huge), MADV_HUGEPAGE);  // advice only: failure leaves ordinary pages
 #endif
   return p;
 }
