@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -168,6 +169,18 @@ i64 direct_ta_limit() {
   return limit;
 #else
   return 0;
+#endif
+}
+bool steal_rows() {
+  static const bool on = [] {
+    const char* e = std::getenv("GG_STEAL");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+inline void cpu_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
 #endif
 }
 constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
@@ -375,6 +388,86 @@ void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
   }
 }
 
+// ---- row blocks shared out with stealing ----------------------------------------------------
+// A product split into row stripes, one a thread, waits at its end for the slowest thread,
+// and on a VM one vCPU is often slower than the other or stops for a while (measured on
+// the small GPT's step: 3-8% of it spent waiting). So the rows go out in blocks of MC:
+// each thread starts on a contiguous share of the blocks of every (jc, pc) panel, from its
+// front, and when its share is done takes blocks from the back of another's. A block of
+// a later depth slice waits until the same block's previous slice is done (C accumulates
+// slice after slice), whoever ran it. Each value of C is computed the same way by
+// whichever thread, so the bits do not change.
+std::atomic<std::uint64_t> stolen_blocks{0};
+
+void gemm_stealing(const Problem& P, int threads) {
+  using u64 = std::uint64_t;
+  const i64 blocks = (P.M + MC - 1) / MC;
+  const i64 col_panels = (P.N + NC - 1) / NC, depth_panels = (P.K + KC - 1) / KC;
+  const i64 panels = col_panels * depth_panels;
+  const int T = int(std::min<i64>(threads, blocks));
+  // range[p * T + t]: thread t's blocks of panel p still to claim, [front, back) packed
+  // as front | back << 32; progress[k]: the panels block k is done with.
+  std::unique_ptr<std::atomic<u64>[]> range(new std::atomic<u64>[std::size_t(panels * T)]);
+  std::unique_ptr<std::atomic<i64>[]> progress(new std::atomic<i64>[std::size_t(blocks)]);
+  for (i64 p = 0; p < panels; ++p)
+    for (int t = 0; t < T; ++t) {
+      const u64 lo = u64(blocks * t / T), hi = u64(blocks * (t + 1) / T);
+      range[std::size_t(p * T + t)].store(lo | hi << 32, std::memory_order_relaxed);
+    }
+  for (i64 k = 0; k < blocks; ++k) progress[std::size_t(k)].store(0, std::memory_order_relaxed);
+  auto claim = [&](std::atomic<u64>& r, bool front, i64& block) {
+    u64 cur = r.load(std::memory_order_relaxed);
+    for (;;) {
+      const u64 lo = cur & 0xffffffffu, hi = cur >> 32;
+      if (lo >= hi) return false;
+      const u64 next = front ? (lo + 1) | hi << 32 : lo | (hi - 1) << 32;
+      if (r.compare_exchange_weak(cur, next, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        block = i64(front ? lo : hi - 1);
+        return true;
+      }
+    }
+  };
+  auto work = [&](int t) {
+    float* Bp = pack_b_buf.get(std::size_t(std::min(P.K, KC) * ((std::min(P.N, NC) + NR - 1) / NR * NR)));
+    float* Ap = pack_a_buf.get(std::size_t(std::min(P.K, KC) * MC));
+    for (i64 p = 0; p < panels; ++p) {
+      const i64 jc = p / depth_panels * NC, pc = p % depth_panels * KC;
+      const i64 nc = std::min(NC, P.N - jc), kc = std::min(KC, P.K - pc);
+      const float beta = pc == 0 ? P.beta : 1.f;  // later slices accumulate onto C
+      bool packed = false;
+      for (;;) {
+        i64 k = -1;
+        if (!claim(range[std::size_t(p * T + t)], true, k)) {
+          for (int v = 1; v < T && k < 0; ++v)
+            if (!claim(range[std::size_t(p * T + (t + v) % T)], false, k)) k = -1;
+          if (k >= 0) stolen_blocks.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (k < 0) break;  // every block of this panel is claimed
+        if (!packed) {
+          pack_b(P, jc, nc, pc, kc, Bp);
+          packed = true;
+        }
+        std::atomic<i64>& done = progress[std::size_t(k)];
+        while (done.load(std::memory_order_acquire) < p) cpu_pause();
+        const i64 ic = k * MC, mc = std::min(MC, P.M - ic);
+        pack_a(P, ic, mc, pc, kc, Ap);
+        for (i64 jr = 0; jr < nc; jr += NR) {
+          const i64 nr = std::min<i64>(NR, nc - jr);
+          for (i64 ir = 0; ir < mc; ir += MR) {
+            const i64 mr = std::min<i64>(MR, mc - ir);
+            kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR, P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr,
+                            P.alpha, beta);
+          }
+        }
+        done.store(p + 1, std::memory_order_release);
+      }
+    }
+  };
+  parallel_for(T, 1, [&](i64 b, i64 e) {
+    for (i64 t = b; t < e; ++t) work(int(t));  // one a thread; all of them when run serially
+  });
+}
+
 // Small products: nothing is packed when it can be read in place. A is read in either
 // layout; B is read in place when it is (K, N) and the sliver is a full NR wide, otherwise
 // that one sliver is packed. C[i0:i1, j0:j1] as in gemm_blocked.
@@ -437,6 +530,8 @@ void gemm_small(const Problem& P) {
 
 }  // namespace
 
+std::uint64_t gemm_stolen_blocks() { return stolen_blocks.load(std::memory_order_relaxed); }
+
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
           const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
           float* C, std::int64_t ldc) {
@@ -466,6 +561,7 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
     const Problem* p;
     void (*stripe)(const Problem&, i64, i64, i64, i64);
   } job{&P, stripe};
+  if (row_tiles >= col_tiles && stripe == gemm_blocked && steal_rows()) return gemm_stealing(P, num_threads());
   if (row_tiles >= col_tiles) {
     parallel_for(row_tiles, 1, [job](i64 t0, i64 t1) {
       job.stripe(*job.p, t0 * MR, std::min(job.p->M, t1 * MR), 0, job.p->N);

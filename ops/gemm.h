@@ -15,6 +15,11 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
           float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
           float beta, float* C, std::int64_t ldc);
 
+// Blocks of C rows one thread took from another's share, since the process started. A
+// large product's rows go out to the threads in blocks, and a thread done with its own
+// takes the rest of a slower one's (see gemm.cpp); a statistic for tests and profiles.
+std::uint64_t gemm_stolen_blocks();
+
 // The depth of one pass of the sum: C accumulates the terms k in [0, 256), then adds those
 // in [256, 512), and so on (each pass in order). A caller that splits a sum over several
 // calls at multiples of it (beta = 1 after the first) gets the same bits as one call.

@@ -207,3 +207,37 @@ TEST_CASE("gemm gives bit-identical results on 1, 2 and 3 threads and any split,
   }
   gg::set_num_threads(saved);
 }
+
+TEST_CASE("gemm's row blocks give the same bits whoever runs them, when threads take each other's") {
+  // Two or three threads on this machine's cores (two in CI): one is often slower, and the
+  // others take blocks from the back of its share. Blocks of several depth slices (K past
+  // 256) or column panels (N past 1024) must still add up slice after slice. More rows
+  // than columns (in tiles, for every vector width) so that the rows are what is split.
+  struct Case {
+    i64 M, N, K;
+  };
+  for (const Case& c : {Case{1100, 300, 520}, Case{1200, 1030, 40}}) {
+    INFO("M " << c.M << " N " << c.N << " K " << c.K);
+    const int saved = gg::num_threads();
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> A(std::size_t(c.M * c.K)), B(std::size_t(c.K * c.N)), C0(std::size_t(c.M * c.N), 0.5f);
+    for (auto& x : A) x = u(rng);
+    for (auto& x : B) x = u(rng);
+    gg::set_num_threads(1);
+    std::vector<float> want = C0;
+    gg::gemm(false, true, c.M, c.N, c.K, 0.75f, A.data(), c.K, B.data(), c.K, 0.5f, want.data(), c.N);
+    const std::uint64_t before = gg::gemm_stolen_blocks();
+    int mismatched_calls = 0;
+    for (int rep = 0; rep < 12; ++rep) {
+      gg::set_num_threads(2 + rep % 2);
+      std::vector<float> C = C0;
+      gg::gemm(false, true, c.M, c.N, c.K, 0.75f, A.data(), c.K, B.data(), c.K, 0.5f, C.data(), c.N);
+      if (C != want) ++mismatched_calls;
+    }
+    gg::set_num_threads(saved);
+    CHECK(mismatched_calls == 0);
+    CHECK(gg::gemm_stolen_blocks() > before);  // the stealing did happen
+    check({false, true, c.M, c.N, c.K, 0.75f, 0.5f});  // and the values are the product's
+  }
+}
