@@ -391,7 +391,8 @@ void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
 // ---- row blocks shared out with stealing ----------------------------------------------------
 // A product split into row stripes, one a thread, waits at its end for the slowest thread,
 // and on a VM one vCPU is often slower than the other or stops for a while (measured on
-// the small GPT's step: 3-8% of it spent waiting). So the rows go out in blocks of MC:
+// the small GPT's step: 3-8% of it spent waiting). So the rows go out in blocks of MC (fewer
+// for a short product):
 // each thread starts on a contiguous share of the blocks of every (jc, pc) panel, from its
 // front, and when its share is done takes blocks from the back of another's. A block of
 // a later depth slice waits until the same block's previous slice is done (C accumulates
@@ -401,7 +402,10 @@ std::atomic<std::uint64_t> stolen_blocks{0};
 
 void gemm_stealing(const Problem& P, int threads) {
   using u64 = std::uint64_t;
-  const i64 blocks = (P.M + MC - 1) / MC;
+  // Blocks of MC rows, or fewer (whole MR slivers) when that would leave a thread fewer
+  // than about four: a (128, 128) weight gradient's three blocks of 48 shared 2 to 1.
+  const i64 MB = std::clamp((P.M + 4 * threads - 1) / (4 * threads) + MR - 1, i64(MR), MC) / MR * MR;
+  const i64 blocks = (P.M + MB - 1) / MB;
   const i64 col_panels = (P.N + NC - 1) / NC, depth_panels = (P.K + KC - 1) / KC;
   const i64 panels = col_panels * depth_panels;
   const int T = int(std::min<i64>(threads, blocks));
@@ -449,7 +453,7 @@ void gemm_stealing(const Problem& P, int threads) {
         }
         std::atomic<i64>& done = progress[std::size_t(k)];
         while (done.load(std::memory_order_acquire) < p) cpu_pause();
-        const i64 ic = k * MC, mc = std::min(MC, P.M - ic);
+        const i64 ic = k * MB, mc = std::min(MB, P.M - ic);
         pack_a(P, ic, mc, pc, kc, Ap);
         for (i64 jr = 0; jr < nc; jr += NR) {
           const i64 nr = std::min<i64>(NR, nc - jr);
