@@ -178,11 +178,6 @@ bool steal_rows() {
   }();
   return on;
 }
-inline void cpu_pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
 
 // ---- per-thread packing buffers (grown on demand, never freed per call) ------------------
@@ -360,6 +355,20 @@ constexpr auto kernels = make_kernels<false>(std::make_integer_sequence<int, MR>
 constexpr auto kernels_a_rows = make_kernels<true>(std::make_integer_sequence<int, MR>{});
 
 // ---- the blocked loops over one stripe of C -----------------------------------------------
+// The tiles of one packed A block Ap (mc rows from ic) against a packed B panel Bp (nc
+// columns from jc), kc deep: C[ic : ic+mc, jc : jc+nc] = alpha * Ap @ Bp + beta * C.
+void block_tiles(const Problem& P, const float* Ap, const float* Bp, i64 ic, i64 mc, i64 jc, i64 nc, i64 kc,
+                 float beta) {
+  for (i64 jr = 0; jr < nc; jr += NR) {  // one B sliver (kc, NR), reused from L1
+    const i64 nr = std::min<i64>(NR, nc - jr);
+    for (i64 ir = 0; ir < mc; ir += MR) {  // one A sliver: an MR x NR tile of C
+      const i64 mr = std::min<i64>(MR, mc - ir);
+      kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR, P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr, P.alpha,
+                      beta);
+    }
+  }
+}
+
 // C[i0:i1, j0:j1] = alpha * op(A)[i0:i1, :] @ op(B)[:, j0:j1] + beta * C[i0:i1, j0:j1].
 void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
   const i64 kc_max = std::min(P.K, KC);
@@ -375,14 +384,7 @@ void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
       for (i64 ic = i0; ic < i1; ic += MC) {  // MC rows of C: one packed A block (mc, kc)
         const i64 mc = std::min(MC, i1 - ic);
         pack_a(P, ic, mc, pc, kc, Ap);  // Ap: (mc/MR) slivers of (kc, MR)
-        for (i64 jr = 0; jr < nc; jr += NR) {  // one B sliver (kc, NR), reused from L1
-          const i64 nr = std::min<i64>(NR, nc - jr);
-          for (i64 ir = 0; ir < mc; ir += MR) {  // one A sliver: an MR x NR tile of C
-            const i64 mr = std::min<i64>(MR, mc - ir);
-            kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR,
-                            P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr, P.alpha, beta);
-          }
-        }
+        block_tiles(P, Ap, Bp, ic, mc, jc, nc, kc, beta);
       }
     }
   }
@@ -452,17 +454,10 @@ void gemm_stealing(const Problem& P, int threads) {
           packed = true;
         }
         std::atomic<i64>& done = progress[std::size_t(k)];
-        while (done.load(std::memory_order_acquire) < p) cpu_pause();
+        while (done.load(std::memory_order_acquire) < p) cpu_relax();
         const i64 ic = k * MB, mc = std::min(MB, P.M - ic);
         pack_a(P, ic, mc, pc, kc, Ap);
-        for (i64 jr = 0; jr < nc; jr += NR) {
-          const i64 nr = std::min<i64>(NR, nc - jr);
-          for (i64 ir = 0; ir < mc; ir += MR) {
-            const i64 mr = std::min<i64>(MR, mc - ir);
-            kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR, P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr,
-                            P.alpha, beta);
-          }
-        }
+        block_tiles(P, Ap, Bp, ic, mc, jc, nc, kc, beta);
         done.store(p + 1, std::memory_order_release);
       }
     }
@@ -561,11 +556,11 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
   const double flops = 2.0 * double(M) * double(N) * double(K);
   const i64 row_tiles = (M + MR - 1) / MR, col_tiles = (N + NR - 1) / NR;
   if (flops < PARALLEL_FLOPS || std::max(row_tiles, col_tiles) < 2) return stripe(P, 0, M, 0, N);
+  if (row_tiles >= col_tiles && stripe == gemm_blocked && steal_rows()) return gemm_stealing(P, num_threads());
   struct Job {
     const Problem* p;
     void (*stripe)(const Problem&, i64, i64, i64, i64);
   } job{&P, stripe};
-  if (row_tiles >= col_tiles && stripe == gemm_blocked && steal_rows()) return gemm_stealing(P, num_threads());
   if (row_tiles >= col_tiles) {
     parallel_for(row_tiles, 1, [job](i64 t0, i64 t1) {
       job.stripe(*job.p, t0 * MR, std::min(job.p->M, t1 * MR), 0, job.p->N);

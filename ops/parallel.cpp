@@ -32,9 +32,6 @@
 
 #include <fmt/format.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 #ifdef __linux__
 #include <pthread.h>
 #include <sched.h>
@@ -43,13 +40,6 @@
 namespace gg {
 namespace {
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
 
 // Polls ready() for up to `spin` before giving up; true if it became ready.
 template <class Ready>

@@ -4,9 +4,19 @@
 
 #include <cstdint>
 #include <functional>
+#include <thread>
 #include <vector>
 
 namespace gg {
+
+// One pause in a spin-wait loop (x86's `pause`; elsewhere a yield).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
 
 // Threads used by kernels (default: hardware concurrency, or GG_NUM_THREADS).
 int num_threads();
