@@ -11,7 +11,9 @@
 // buffer (n values a row, or 1 if reduced). Stored members and the root write their own
 // buffers instead, where later members read them. A block starts on a register boundary of
 // every transcendental member's flat values, so a unary member run over the block splits
-// into SIMD body and scalar tail exactly as its kernel does.
+// into SIMD body and scalar tail exactly as its kernel does. A group that is element-wise
+// only and whose program ops/fused_programs.inc lists runs compiled instead, every member's
+// value in a register (ops/fuse_compiled.h).
 #include "ops/fuse.h"
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <type_traits>
 
 #include "ops/elementwise_fn.h"
+#include "ops/fuse_compiled.h"
 #include "ops/parallel.h"
 #include "ops/simd.h"
 
@@ -415,6 +418,7 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
         readers[std::size_t(n.inputs[i])].push_back(order[s]);
   }
   // Readers first: join the readers' group, or start one.
+  const bool compiled = compiled_by_default();
   Fusion f;
   f.group_of.assign(N, -1);
   std::vector<Building> building;
@@ -497,6 +501,7 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
       }
     if (!grp.flat)
       for (NodeId in : grp.inputs) grp.reads.push_back(read_of(g.node(in).shape, grp.lead, grp.n));
+    if (compiled) grp.compiled = find_compiled(grp, fused_input_forms(g, grp));
     f.groups.push_back(std::move(grp));
   }
   return f;
@@ -517,6 +522,12 @@ void run_fused(const FusedGroup& group, std::span<const View> in, View out, std:
   if (end < 0) end = extent;
   GG_CHECK(0 <= begin && begin <= end && end <= extent && begin % std::int64_t(simd::width) == 0);
   if (begin == end) return;
+  if (group.compiled >= 0) return run_compiled(group, in, out, stored, begin, end);
+  run_fused_interpreted(group, in, out, stored, begin, end);
+}
+
+void run_fused_interpreted(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
+                           std::int64_t begin, std::int64_t end) {
   if (group.flat) run_flat(group, in, out, stored, begin, end);
   else run_rows(group, in, out, stored, begin, end);
 }

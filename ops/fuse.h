@@ -15,6 +15,10 @@
 // stored too ("stored" members: a softmax's row max and exponentials, which the backward
 // pass reads). Groups are convex: no path leaves a group and re-enters it.
 //
+// Element-wise groups whose program is in ops/fused_programs.inc (GELU, layer norm's scale
+// and shift, residual sums) run a kernel compiled for that program (ops/fuse_compiled.h;
+// GG_COMPILED=0 interprets every group).
+//
 // Values are those of the ops run one by one, bit for bit. A reduction runs the unfused
 // kernel's row function (simd::sum / simd::max_of over a contiguous row); binary ops,
 // where, compare, neg and sqrt are exact whatever the SIMD/scalar split; exp, log, tanh
@@ -61,6 +65,7 @@ struct FusedGroup {
   Shape lead;                      // row space (lead..., n): rows = prod(lead)
   std::int64_t n = 1;
   std::vector<FusedRead> reads;    // per input, for row groups
+  int compiled = -1;               // its kernel compiled ahead of time (ops/fuse_compiled.h), -1: interpreted
 };
 
 struct Fusion {

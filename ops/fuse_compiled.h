@@ -1,0 +1,57 @@
+// Fused groups compiled ahead of time. The fusion pass (ops/fuse.h) runs a group by
+// interpreting its program: each member is one pass over a buffer of values in L1. Where a
+// group is element-wise only (no row reduction, no expand), the same program can instead
+// be evaluated one SIMD register at a time with every member's value in a register: each
+// input is read once and each stored value written once, and nothing goes through a
+// buffer. That needs the program at compile time, so ops/fused_programs.inc lists the
+// programs that the library's own layers make (GELU and its gradient, layer norm's last
+// steps, residual sums); a group whose program, stored members and input forms match an
+// entry runs its compiled kernel, any other runs interpreted. The entries are matched by
+// structure, never by op name, and a test (tests/models/test_fuse_compiled.cpp) fails,
+// printing the line to add, when a reference model makes an element-wise program with a
+// transcendental member that the table lacks.
+//
+// Values are the interpreter's bit for bit: each member is one call of its element
+// function (ops/elementwise_fn.h) on the same operands, its result rounded to float
+// before the next member reads it (an empty asm hides it from the compiler, which would
+// otherwise contract a product and a sum into one fused multiply-add); transcendental
+// members see whole registers exactly where the interpreter's do (a row group's rows are
+// whole registers; a flat group's last partial register is left to the interpreter).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "ops/fuse.h"
+
+namespace gg {
+
+// The forms of a group's inputs, one letter an input, as the table writes them: F the group's
+// shape (rows in order), B one row for every row (a bias), R one value a row, S one value.
+// Empty when some input has another form, or a row group's rows are not whole registers.
+std::string fused_input_forms(const Graph& g, const FusedGroup& group);
+
+// The table entry matching the group (its program, stored members and input forms), or -1.
+int find_compiled(const FusedGroup& group, const std::string& forms);
+
+// Runs a group with its compiled kernel (group.compiled >= 0), as run_fused would.
+void run_compiled(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
+                  std::int64_t begin, std::int64_t end);
+
+// The table line that would compile this group ("" when it is not element-wise only).
+std::string compiled_entry(const FusedGroup& group, const std::string& forms);
+
+// The table's entries, for tests: how many, and a group of entry i's program over a row
+// space (rows, n) (flat: rows * n values) with the forms its inputs take.
+int compiled_count();
+FusedGroup compiled_group(int i, std::int64_t rows, std::int64_t n, std::string& forms);
+
+// Runs a group by interpreting its program, whether or not it has a compiled kernel.
+void run_fused_interpreted(const FusedGroup& group, std::span<const View> in, View out,
+                           std::span<const View> stored, std::int64_t begin, std::int64_t end);
+
+// False when the environment has GG_COMPILED=0: every group runs interpreted.
+bool compiled_by_default();
+
+}  // namespace gg
