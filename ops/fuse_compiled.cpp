@@ -24,13 +24,17 @@
 namespace gg {
 namespace {
 
-// One member of a compiled program, as FusedInstr (operands >= 0 members, < 0 inputs).
+// One member of a compiled program, as FusedInstr (operands >= 0 members, < 0 inputs);
+// flags: stored (S) and reduced (R, one value a row).
 struct Instr {
   OpKind op;
   int a = 0, b = 0, c = 0;
   Cmp cmp = Cmp::eq;
-  bool stored = false;
+  int flags = 0;
+  constexpr bool stored() const { return flags & 1; }
+  constexpr bool reduced() const { return flags & 2; }
 };
+constexpr int S = 1, R = 2, SR = 3;
 
 template <std::size_t N, std::size_t NI>
 struct Program {
@@ -55,6 +59,15 @@ struct Entry {
   std::string_view forms;
   Kernel run;
 };
+
+bool elementwise(OpKind k);
+constexpr bool transcendental(OpKind k) { return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf; }
+
+// Members the compiled kernels run: element-wise ops, expand of a row's value, and sum or
+// max over the row (row groups).
+bool compilable(OpKind k) {
+  return k == OpKind::expand || k == OpKind::sum || k == OpKind::max || elementwise(k);
+}
 
 bool elementwise(OpKind k) {
   switch (k) {
@@ -85,60 +98,175 @@ inline vf opaque(vf v) {
   v.data = r;
   return v;
 }
-
-// Where one register of the group sits: row r (0 for flat groups), flat offset `at`
-// (r * n + col for row groups), column col of its row.
-struct At {
-  const float* const* in;
-  float* const* out;  // per member: where its value is stored (stored members, the root), else null
-  std::int64_t r, at, col;
-};
-
-template <char Form>
-inline vf load_input(const float* p, const At& x) {
-  if constexpr (Form == 'F') return simd::load(p + x.at);
-  else if constexpr (Form == 'B') return simd::load(p + x.col);
-  else if constexpr (Form == 'R') return vf(p[x.r]);
-  else return vf(p[0]);
-}
-
-template <auto P, int O>
-inline vf operand(const vf* v, const At& x) {
-  if constexpr (O >= 0) return v[O];
-  else return load_input<P.forms[std::size_t(-O - 1)]>(x.in[-O - 1], x);
+inline float opaque(float v) {
+#if defined(__aarch64__)
+  asm("" : "+w"(v));
+#else
+  asm("" : "+x"(v));
+#endif
+  return v;
 }
 
 template <class>
 inline constexpr bool always_false = false;
 
-template <auto P, std::size_t K>
-inline void member(vf* v, const At& x) {
-  constexpr Instr I = P.ins[K];
-  auto a = [&] { return operand<P, I.a>(v, x); };
-  auto b = [&] { return operand<P, I.b>(v, x); };
-  vf r;
-  if constexpr (I.op == OpKind::add) r = fn::add{}(a(), b());
-  else if constexpr (I.op == OpKind::sub) r = fn::sub{}(a(), b());
-  else if constexpr (I.op == OpKind::mul) r = fn::mul{}(a(), b());
-  else if constexpr (I.op == OpKind::div) r = fn::div{}(a(), b());
-  else if constexpr (I.op == OpKind::maximum) r = fn::maximum{}(a(), b());
-  else if constexpr (I.op == OpKind::neg) r = fn::neg{}(a());
-  else if constexpr (I.op == OpKind::exp) r = fn::exp{}(a());
-  else if constexpr (I.op == OpKind::log) r = fn::log{}(a());
-  else if constexpr (I.op == OpKind::sqrt) r = fn::sqrt{}(a());
-  else if constexpr (I.op == OpKind::tanh) r = fn::tanh{}(a());
-  else if constexpr (I.op == OpKind::erf) r = fn::erf{}(a());
-  else if constexpr (I.op == OpKind::compare) r = fn::compare<int(I.cmp)>{}(a(), b());
-  else if constexpr (I.op == OpKind::where) r = fn::where{}(a(), b(), operand<P, I.c>(v, x));
-  else static_assert(always_false<decltype(P)>, "not an element-wise op");
-  v[K] = opaque(r);
-  if constexpr (I.stored || K + 1 == P.ins.size()) simd::store(x.out[K] + x.at, v[K]);
+// op_arity, at compile time.
+constexpr int arity(OpKind k) {
+  constexpr int of[] = {
+#define OP(name, n) n,
+#include "ops/op_list.def"
+#undef OP
+  };
+  return of[int(k)];
 }
 
+// A run: consecutive full members, evaluated together one register of the row at a time.
+// run_start / run_end: the run holding full member k.
 template <auto P>
-inline void eval(const At& x) {
-  vf v[P.ins.size()];
-  [&]<std::size_t... K>(std::index_sequence<K...>) { (member<P, K>(v, x), ...); }(std::make_index_sequence<P.ins.size()>{});
+constexpr std::size_t run_end(std::size_t k) {
+  while (k < P.ins.size() && !P.ins[k].reduced()) ++k;
+  return k;
+}
+template <auto P>
+constexpr std::size_t run_start(std::size_t k) {
+  while (k > 0 && !P.ins[k - 1].reduced()) --k;
+  return k;
+}
+// Whether full member k is read outside its run (by a reduction, or by a later run): then
+// its row is kept, in its stored output or in a scratch row.
+template <auto P>
+constexpr bool kept_row(std::size_t k) {
+  for (std::size_t m = k + 1; m < P.ins.size(); ++m) {
+    const Instr& i = P.ins[m];
+    const bool reads = i.a == int(k) || (arity(i.op) >= 2 && i.b == int(k)) || (arity(i.op) >= 3 && i.c == int(k));
+    if (reads && (i.reduced() || run_start<P>(m) != run_start<P>(k))) return true;
+  }
+  return false;
+}
+
+// One row of a group (flat groups: one row of no length, col the flat offset).
+struct Row {
+  const float* const* in;
+  float* const* out;  // per member: where its value is stored (stored members, the root), else null
+  float* rows;        // scratch rows, member k's at rows + k * n
+  float* scal;        // the row's reduced members' values
+  std::int64_t r, n;
+};
+
+template <auto P, std::size_t K>
+inline float* row_of(const Row& x) {
+  if constexpr (P.ins[K].stored() || K + 1 == P.ins.size()) return x.out[K] + x.r * x.n;
+  else return x.rows + std::int64_t(K) * x.n;
+}
+
+template <auto P, int J>
+inline vf input(const Row& x, std::int64_t col) {
+  constexpr char form = P.forms[std::size_t(J)];
+  const float* p = x.in[J];
+  if constexpr (form == 'F') return simd::load(p + x.r * x.n + col);
+  else if constexpr (form == 'B') return simd::load(p + col);
+  else if constexpr (form == 'R') return vf(p[x.r]);
+  else return vf(p[0]);
+}
+
+// Operand O of a member of the run starting at K0, at one register of the row.
+template <auto P, std::size_t K0, int O>
+inline vf operand(const vf* v, const Row& x, std::int64_t col) {
+  if constexpr (O < 0) return input<P, -O - 1>(x, col);
+  else if constexpr (P.ins[std::size_t(O)].reduced()) return vf(x.scal[O]);
+  else if constexpr (std::size_t(O) >= K0) return v[O];
+  else return simd::load(row_of<P, std::size_t(O)>(x) + col);
+}
+
+// The element function of op on operands a(), b(), c() (values or registers).
+template <auto I, class F1, class F2, class F3>
+inline auto element(F1 a, F2 b, F3 c) {
+  if constexpr (I.op == OpKind::add) return fn::add{}(a(), b());
+  else if constexpr (I.op == OpKind::sub) return fn::sub{}(a(), b());
+  else if constexpr (I.op == OpKind::mul) return fn::mul{}(a(), b());
+  else if constexpr (I.op == OpKind::div) return fn::div{}(a(), b());
+  else if constexpr (I.op == OpKind::maximum) return fn::maximum{}(a(), b());
+  else if constexpr (I.op == OpKind::neg) return fn::neg{}(a());
+  else if constexpr (I.op == OpKind::exp) return fn::exp{}(a());
+  else if constexpr (I.op == OpKind::log) return fn::log{}(a());
+  else if constexpr (I.op == OpKind::sqrt) return fn::sqrt{}(a());
+  else if constexpr (I.op == OpKind::tanh) return fn::tanh{}(a());
+  else if constexpr (I.op == OpKind::erf) return fn::erf{}(a());
+  else if constexpr (I.op == OpKind::compare) return fn::compare<int(I.cmp)>{}(a(), b());
+  else if constexpr (I.op == OpKind::where) return fn::where{}(a(), b(), c());
+  else if constexpr (I.op == OpKind::expand) return a();  // a row's value (or an input) on every column
+  else static_assert(always_false<decltype(I)>, "not an element-wise member");
+}
+
+template <auto P, std::size_t K0, std::size_t K>
+inline void full_member(vf* v, const Row& x, std::int64_t col) {
+  constexpr Instr I = P.ins[K];
+  v[K] = opaque(element<I>([&] { return operand<P, K0, I.a>(v, x, col); },
+                           [&] { return operand<P, K0, I.b>(v, x, col); },
+                           [&] { return operand<P, K0, I.c>(v, x, col); }));
+  if constexpr (I.stored() || K + 1 == P.ins.size() || kept_row<P>(K)) simd::store(row_of<P, K>(x) + col, v[K]);
+}
+
+template <auto P, int O>
+inline float scalar_operand(const Row& x) {
+  if constexpr (O >= 0) {
+    static_assert(P.ins[std::size_t(O)].reduced(), "a reduced member reads reduced members and row values only");
+    return x.scal[O];
+  } else {
+    constexpr char form = P.forms[std::size_t(-O - 1)];
+    static_assert(form == 'R' || form == 'S', "a reduced member reads reduced members and row values only");
+    return form == 'R' ? x.in[-O - 1][x.r] : x.in[-O - 1][0];
+  }
+}
+
+template <auto P, std::size_t K>
+inline void reduced_member(const Row& x) {
+  constexpr Instr I = P.ins[K];
+  float r;
+  if constexpr (I.op == OpKind::sum || I.op == OpKind::max) {  // the row function of the unfused kernel
+    const float* src;
+    if constexpr (I.a < 0) {
+      static_assert(P.forms[std::size_t(-I.a - 1)] == 'F', "a row reduction reads a full row");
+      src = x.in[-I.a - 1] + x.r * x.n;
+    } else {
+      static_assert(!P.ins[std::size_t(I.a)].reduced(), "a row reduction reads a full row");
+      src = row_of<P, std::size_t(I.a)>(x);
+    }
+    r = I.op == OpKind::sum ? simd::sum(std::size_t(x.n), src) : simd::max_of(std::size_t(x.n), src);
+  } else {
+    static_assert(!transcendental(I.op), "a reduced transcendental member runs interpreted");
+    r = element<I>([&] { return scalar_operand<P, I.a>(x); },
+                   [&] {
+                     if constexpr (arity(I.op) >= 2) return scalar_operand<P, I.b>(x);
+                     else return 0.f;
+                   },
+                   [&] {
+                     if constexpr (arity(I.op) >= 3) return scalar_operand<P, I.c>(x);
+                     else return 0.f;
+                   });
+  }
+  x.scal[K] = opaque(r);
+  if constexpr (I.stored() || K + 1 == P.ins.size()) x.out[K][x.r] = x.scal[K];
+}
+
+// Members K onwards of one row: a reduced member, or a run of full ones over the row.
+template <auto P, std::size_t K>
+inline void run_from(const Row& x, std::int64_t col0, std::int64_t col1) {
+  if constexpr (K < P.ins.size()) {
+    if constexpr (P.ins[K].reduced()) {
+      reduced_member<P, K>(x);
+      run_from<P, K + 1>(x, col0, col1);
+    } else {
+      constexpr std::size_t E = run_end<P>(K);
+      for (std::int64_t col = col0; col < col1; col += W) {
+        vf v[P.ins.size()];
+        [&]<std::size_t... I>(std::index_sequence<I...>) {
+          (full_member<P, K, K + I>(v, x, col), ...);
+        }(std::make_index_sequence<E - K>{});
+      }
+      run_from<P, E>(x, col0, col1);
+    }
+  }
 }
 
 template <auto P>
@@ -149,20 +277,28 @@ void run_program(const FusedGroup& group, std::span<const View> in, View out, st
   for (std::size_t j = 0; j < NI; ++j) ip[j] = in[j].f();
   std::array<float*, N> op{};
   for (std::size_t k = 0, s = 0; k + 1 < N; ++k)
-    if (P.ins[k].stored) op[k] = stored[s++].f();
+    if (P.ins[k].stored()) op[k] = stored[s++].f();
   op[N - 1] = out.f();
   if constexpr (P.flat) {
-    // Whole registers here; a last partial one takes the interpreter's scalar tail.
+    // One row of no length, its registers at flat offsets; a last partial register takes
+    // the interpreter's scalar tail.
     const std::int64_t whole = begin + (end - begin) / W * W;
     parallel_for((whole - begin) / W, 8192 / W, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t q = b; q < e; ++q) eval<P>(At{ip.data(), op.data(), 0, begin + q * W, 0});
+      const Row x{ip.data(), op.data(), nullptr, nullptr, 0, 0};
+      run_from<P, 0>(x, begin + b * W, begin + e * W);
     });
     if (whole < end) run_fused_interpreted(group, in, out, stored, whole, end);
   } else {
     const std::int64_t n = group.n;  // a multiple of W (fused_input_forms)
     parallel_for(end - begin, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t r = begin + b; r < begin + e; ++r)
-        for (std::int64_t col = 0; col < n; col += W) eval<P>(At{ip.data(), op.data(), r, r * n + col, col});
+      thread_local std::vector<float> scratch;
+      const std::size_t need = N * std::size_t(n) + N;
+      if (scratch.size() < need) scratch.resize(need);
+      Row x{ip.data(), op.data(), scratch.data(), scratch.data() + N * std::size_t(n), 0, n};
+      for (std::int64_t r = begin + b; r < begin + e; ++r) {
+        x.r = r;
+        run_from<P, 0>(x, 0, n);
+      }
     });
   }
 }
@@ -192,7 +328,7 @@ bool same_program(const Entry& e, const FusedGroup& group, const std::string& fo
     const Instr& c = e.ins[k];
     const FusedInstr& f = group.program[k];
     const int arity = op_arity(f.op);
-    if (c.op != f.op || f.reduced || c.stored != f.stored || c.a != f.a) return false;
+    if (c.op != f.op || c.reduced() != f.reduced || c.stored() != f.stored || c.a != f.a) return false;
     if ((arity >= 2 && c.b != f.b) || (arity >= 3 && c.c != f.c) || (f.op == OpKind::compare && c.cmp != f.cmp))
       return false;
   }
@@ -240,13 +376,15 @@ std::string compiled_entry(const FusedGroup& group, const std::string& forms) {
   if (forms.empty()) return "";
   std::string s = fmt::format("GG_FUSED({}, \"{}\"", group.flat ? "flat" : "row", forms);
   for (const FusedInstr& f : group.program) {
-    if (f.reduced || !elementwise(f.op)) return "";
-    const int arity = op_arity(f.op);
+    // Reduced members read reduced members and row values; a reduced transcendental
+    // member would need the interpreter's SIMD/scalar split over rows.
+    if (!compilable(f.op) || (f.reduced && transcendental(f.op))) return "";
+    const int arity = op_arity(f.op), flags = (f.stored ? S : 0) | (f.reduced ? R : 0);
     s += fmt::format(", {{{}, {}", op_name(f.op), f.a);
-    if (arity >= 2 || f.stored || f.op == OpKind::compare) s += fmt::format(", {}", f.b);
-    if (arity >= 3 || f.stored || f.op == OpKind::compare) s += fmt::format(", {}", f.c);
-    if (f.stored || f.op == OpKind::compare) s += fmt::format(", Cmp::{}", cmp_name(f.cmp));
-    if (f.stored) s += ", true";
+    const bool full = flags != 0 || f.op == OpKind::compare;
+    if (arity >= 2 || full) s += fmt::format(", {}", f.b);
+    if (arity >= 3 || full) s += fmt::format(", {}", f.c);
+    if (full) s += fmt::format(", Cmp::{}, {}", cmp_name(f.cmp), flags == 0 ? "0" : flags == S ? "S" : flags == R ? "R" : "SR");
     s += "}";
   }
   return s + ")";
@@ -265,10 +403,11 @@ FusedGroup compiled_group(int i, std::int64_t rows, std::int64_t n, std::string&
     const Instr& c = e.ins[k];
     FusedInstr f{c.op, c.a, c.b, c.c};
     f.cmp = c.cmp;
-    f.stored = c.stored;
+    f.stored = c.stored();
+    f.reduced = c.reduced();
     g.program.push_back(f);
     g.members.push_back(NodeId(k));
-    if (c.stored) g.stored.push_back(NodeId(k));
+    if (c.stored()) g.stored.push_back(NodeId(k));
   }
   g.root = g.members.back();
   for (std::size_t j = 0; j < e.forms.size(); ++j) {

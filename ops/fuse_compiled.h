@@ -1,15 +1,20 @@
 // Fused groups compiled ahead of time. The fusion pass (ops/fuse.h) runs a group by
-// interpreting its program: each member is one pass over a buffer of values in L1. Where a
-// group is element-wise only (no row reduction, no expand), the same program can instead
-// be evaluated one SIMD register at a time with every member's value in a register: each
-// input is read once and each stored value written once, and nothing goes through a
-// buffer. That needs the program at compile time, so ops/fused_programs.inc lists the
-// programs that the library's own layers make (GELU and its gradient, layer norm's last
-// steps, residual sums); a group whose program, stored members and input forms match an
-// entry runs its compiled kernel, any other runs interpreted. The entries are matched by
+// interpreting its program: each member is one pass over a buffer of values in L1. The
+// same program can instead be evaluated one SIMD register at a time with every member's
+// value in a register, each input read once and each stored value written once. That needs
+// the program at compile time, so ops/fused_programs.inc lists the programs that the
+// library's own layers make (GELU in both forms and its gradient, layer norm and its
+// gradient, residual sums); a group whose program, stored members and input forms match an
+// entry runs its compiled kernel, any other runs interpreted. Entries are matched by
 // structure, never by op name, and a test (tests/models/test_fuse_compiled.cpp) fails,
-// printing the line to add, when a reference model makes an element-wise program with a
-// transcendental member that the table lacks.
+// printing the line to add, when a reference model makes a program the table lacks.
+//
+// A row group runs row by row: consecutive full members as one loop over the row's
+// registers, a row reduction (sum, max) as the unfused kernel's row function over the row
+// of its operand (kept in the member's stored output or a scratch row), and the members of
+// one value a row as scalars. Transcendental members of one value a row are not compiled
+// (the interpreter splits them into SIMD body and scalar tail over rows), nor are inputs
+// read at no fixed row step (a (T, T) mask broadcast over batch and heads).
 //
 // Values are the interpreter's bit for bit: each member is one call of its element
 // function (ops/elementwise_fn.h) on the same operands, its result rounded to float
