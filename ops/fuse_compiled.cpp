@@ -151,6 +151,7 @@ struct Row {
   float* rows;        // scratch rows, member k's at rows + k * n
   float* scal;        // the row's reduced members' values
   std::int64_t r, n;
+  std::int64_t prow = 0;  // where a P input's row starts: (r % period) * n
 };
 
 template <auto P, std::size_t K>
@@ -166,6 +167,7 @@ inline vf input(const Row& x, std::int64_t col) {
   if constexpr (form == 'F') return simd::load(p + x.r * x.n + col);
   else if constexpr (form == 'B') return simd::load(p + col);
   else if constexpr (form == 'R') return vf(p[x.r]);
+  else if constexpr (form == 'P') return simd::load(p + x.prow + col);
   else return vf(p[0]);
 }
 
@@ -270,6 +272,13 @@ inline void run_from(const Row& x, std::int64_t col0, std::int64_t col1) {
 }
 
 template <auto P>
+constexpr bool has_periodic() {
+  for (char f : P.forms)
+    if (f == 'P') return true;
+  return false;
+}
+
+template <auto P>
 void run_program(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
                  std::int64_t begin, std::int64_t end) {
   constexpr std::size_t N = P.ins.size(), NI = P.forms.size();
@@ -290,6 +299,7 @@ void run_program(const FusedGroup& group, std::span<const View> in, View out, st
     if (whole < end) run_fused_interpreted(group, in, out, stored, whole, end);
   } else {
     const std::int64_t n = group.n;  // a multiple of W (fused_input_forms)
+    const std::int64_t period = group.lead.empty() ? 1 : group.lead.back();  // of P inputs' rows
     parallel_for(end - begin, std::max<std::int64_t>(1, 16384 / n), [&](std::int64_t b, std::int64_t e) {
       thread_local std::vector<float> scratch;
       const std::size_t need = N * std::size_t(n) + N;
@@ -297,6 +307,7 @@ void run_program(const FusedGroup& group, std::span<const View> in, View out, st
       Row x{ip.data(), op.data(), scratch.data(), scratch.data() + N * std::size_t(n), 0, n};
       for (std::int64_t r = begin + b; r < begin + e; ++r) {
         x.r = r;
+        if constexpr (has_periodic<P>()) x.prow = r % period * n;
         run_from<P, 0>(x, 0, n);
       }
     });
@@ -337,6 +348,16 @@ bool same_program(const Entry& e, const FusedGroup& group, const std::string& fo
 
 }  // namespace
 
+namespace {
+// Row r of the input at (r % lead.back()) * n: a (T, n) table over lead dims (..., T).
+[[maybe_unused]] bool periodic(const FusedGroup& group, const FusedRead& r) {
+  if (r.inner != 1 || group.lead.size() < 2 || r.lead_stride.size() != group.lead.size()) return false;
+  for (std::size_t d = 0; d + 1 < r.lead_stride.size(); ++d)
+    if (r.lead_stride[d] != 0) return false;
+  return r.lead_stride.back() == group.n;
+}
+}  // namespace
+
 std::string fused_input_forms(const Graph& g, const FusedGroup& group) {
 #ifdef GG_COMPILED_FUSION
   std::string forms;
@@ -350,6 +371,7 @@ std::string fused_input_forms(const Graph& g, const FusedGroup& group) {
     else if (r.step == 0 && r.inner == 1) forms += 'B';
     else if (r.step == 1 && r.inner == 0) forms += 'R';
     else if (r.step == 0 && r.inner == 0) forms += 'S';
+    else if (periodic(group, r)) forms += 'P';
     else return "";
   }
   return forms;
@@ -396,9 +418,11 @@ FusedGroup compiled_group(int i, std::int64_t rows, std::int64_t n, std::string&
   const Entry& e = entries()[std::size_t(i)];
   FusedGroup g;
   g.flat = e.flat;
-  g.lead = {rows};
-  g.n = e.flat ? 1 : n;
   forms.assign(e.forms);
+  // P inputs: a table of `period` rows over lead (rows / period, period).
+  const std::int64_t period = forms.find('P') == std::string::npos ? 0 : rows % 3 == 0 ? 3 : rows;
+  g.lead = period ? Shape{rows / period, period} : Shape{rows};
+  g.n = e.flat ? 1 : n;
   for (std::size_t k = 0; k < e.ins.size(); ++k) {
     const Instr& c = e.ins[k];
     FusedInstr f{c.op, c.a, c.b, c.c};
@@ -415,9 +439,11 @@ FusedGroup compiled_group(int i, std::int64_t rows, std::int64_t n, std::string&
     if (e.flat) continue;
     FusedRead r;
     const char f = e.forms[j];
-    r.inner = f == 'F' || f == 'B' ? 1 : 0;
-    r.step = f == 'F' ? n : f == 'R' ? 1 : 0;
-    r.lead_stride = {f == 'F' ? n : f == 'R' ? 1 : 0};
+    r.inner = f == 'F' || f == 'B' || f == 'P' ? 1 : 0;
+    r.step = f == 'F' ? n : f == 'R' ? 1 : f == 'P' ? -1 : 0;
+    const std::int64_t s = f == 'F' ? n : f == 'R' ? 1 : 0;  // row stride
+    if (period) r.lead_stride = {s * period, f == 'P' ? n : s};
+    else r.lead_stride = {s};
     g.reads.push_back(r);
   }
   g.compiled = i;

@@ -14,7 +14,7 @@
 // of its operand (kept in the member's stored output or a scratch row), and the members of
 // one value a row as scalars. Transcendental members of one value a row are not compiled
 // (the interpreter splits them into SIMD body and scalar tail over rows), nor are inputs
-// read at no fixed row step (a (T, T) mask broadcast over batch and heads).
+// read in other patterns than the five forms below.
 //
 // Values are the interpreter's bit for bit: each member is one call of its element
 // function (ops/elementwise_fn.h) on the same operands, its result rounded to float
@@ -33,7 +33,8 @@
 namespace gg {
 
 // The forms of a group's inputs, one letter an input, as the table writes them: F the group's
-// shape (rows in order), B one row for every row (a bias), R one value a row, S one value.
+// shape (rows in order), B one row for every row (a bias), R one value a row, S one value,
+// P a table of rows repeating along the last lead dim (a (T, T) mask over (B, H, T) rows).
 // Empty when some input has another form, or a row group's rows are not whole registers.
 std::string fused_input_forms(const Graph& g, const FusedGroup& group);
 

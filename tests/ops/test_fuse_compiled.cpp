@@ -78,7 +78,7 @@ TEST_CASE("fuse_compiled: every compiled program gives the interpreter's bits") 
       CAPTURE(threads);
       // (rows, n): row groups take n in whole registers; flat ones any rows * n values.
       for (auto [rows, n] : {std::pair<std::int64_t, std::int64_t>{1, W}, {3, 2 * W}, {37, 4 * W}, {2, 1}, {1, 3 * W + 5},
-                             {301, 33}}) {
+                             {301, 33}, {48, W}, {12, 4 * W}}) {
         std::string forms;
         const FusedGroup grp = compiled_group(i, rows, n, forms);
         if (!grp.flat && n % W != 0) continue;
@@ -89,7 +89,8 @@ TEST_CASE("fuse_compiled: every compiled program gives the interpreter's bits") 
         std::vector<std::vector<float>> ins;
         std::vector<Shape> in_shapes;
         for (char f : forms) {
-          const Shape s = f == 'F' ? shape : f == 'B' ? Shape{n} : f == 'R' ? Shape{rows, 1} : Shape{};
+          const Shape s = f == 'F' ? shape : f == 'B' ? Shape{n} : f == 'R' ? Shape{rows, 1}
+                        : f == 'P' ? Shape{grp.lead.back(), n} : Shape{};
           in_shapes.push_back(s);
           ins.push_back(values(numel(s), rng));
         }
