@@ -11,9 +11,9 @@
 // buffer (n values a row, or 1 if reduced). Stored members and the root write their own
 // buffers instead, where later members read them. A block starts on a register boundary of
 // every transcendental member's flat values, so a unary member run over the block splits
-// into SIMD body and scalar tail exactly as its kernel does. A group that is element-wise
-// only and whose program ops/fused_programs.inc lists runs compiled instead, every member's
-// value in a register (ops/fuse_compiled.h).
+// into SIMD body and scalar tail exactly as its kernel does. A group whose program
+// ops/fused_programs.inc lists runs compiled instead, every member's value in a register
+// (ops/fuse_compiled.h).
 #include "ops/fuse.h"
 
 #include <algorithm>

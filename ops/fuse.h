@@ -15,9 +15,9 @@
 // stored too ("stored" members: a softmax's row max and exponentials, which the backward
 // pass reads). Groups are convex: no path leaves a group and re-enters it.
 //
-// Element-wise groups whose program is in ops/fused_programs.inc (GELU, layer norm's scale
-// and shift, residual sums) run a kernel compiled for that program (ops/fuse_compiled.h;
-// GG_COMPILED=0 interprets every group).
+// Groups whose program is in ops/fused_programs.inc (GELU, layer norm, attention's masked
+// softmax, their gradients, residual sums) run a kernel compiled for that program
+// (ops/fuse_compiled.h; GG_COMPILED=0 interprets every group).
 //
 // Values are those of the ops run one by one, bit for bit. A reduction runs the unfused
 // kernel's row function (simd::sum / simd::max_of over a contiguous row); binary ops,

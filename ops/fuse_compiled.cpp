@@ -39,7 +39,7 @@ constexpr int S = 1, R = 2, SR = 3;
 template <std::size_t N, std::size_t NI>
 struct Program {
   bool flat;
-  std::array<char, NI> forms;  // per input: F, B, R or S (fuse_compiled.h)
+  std::array<char, NI> forms;  // per input: F, B, R, S or P (fuse_compiled.h)
   std::array<Instr, N> ins;
 };
 
@@ -60,15 +60,6 @@ struct Entry {
   Kernel run;
 };
 
-bool elementwise(OpKind k);
-constexpr bool transcendental(OpKind k) { return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf; }
-
-// Members the compiled kernels run: element-wise ops, expand of a row's value, and sum or
-// max over the row (row groups).
-bool compilable(OpKind k) {
-  return k == OpKind::expand || k == OpKind::sum || k == OpKind::max || elementwise(k);
-}
-
 bool elementwise(OpKind k) {
   switch (k) {
     case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
@@ -79,6 +70,14 @@ bool elementwise(OpKind k) {
       return false;
   }
 }
+
+constexpr bool transcendental(OpKind k) {
+  return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf;
+}
+
+// Members the compiled kernels run: element-wise ops, expand of a row's value, and sum or
+// max over the row (row groups).
+bool compilable(OpKind k) { return k == OpKind::expand || k == OpKind::sum || k == OpKind::max || elementwise(k); }
 
 #ifdef GG_COMPILED_FUSION
 using simd::vf;
