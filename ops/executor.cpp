@@ -870,10 +870,11 @@ std::string Executor::profile_steps_report(int top) const {
   std::sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return step_seconds_[a] > step_seconds_[b]; });
   const double runs = double(std::max<std::int64_t>(profiled_runs_, 1));
   std::string s = fmt::format("{:>9} {:>7}  {}\n", "ms/run", "GFLOPS", "step");
-  // "fused x7 [mul, where, ...]" for a group, else the op's name
+  // "fused x7 [mul, where, ...]" for a group ("compiled x7" when it runs compiled), else the op's name
   auto label = [&](const Step& step) {
-    return step.group >= 0 ? fmt::format("fused x{} [{}]", fusion_.groups[std::size_t(step.group)].members.size(), group_ops(step.group))
-                           : std::string(op_name(g_.node(step.id).op));
+    if (step.group < 0) return std::string(op_name(g_.node(step.id).op));
+    const FusedGroup& grp = fusion_.groups[std::size_t(step.group)];
+    return fmt::format("{} x{} [{}]", grp.compiled >= 0 ? "compiled" : "fused", grp.members.size(), group_ops(step.group));
   };
   auto transposes = [&](const Node& m) { return fmt::format("{}{}", m.attrs.trans_a ? "T" : "N", m.attrs.trans_b ? "T" : "N"); };
   for (std::size_t r = 0; r < idx.size() && int(r) < top; ++r) {
