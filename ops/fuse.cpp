@@ -52,7 +52,6 @@ std::int64_t buffer_values(std::size_t scratch, std::int64_t unit) {
   return std::max<std::int64_t>(1, v / unit) * unit;
 }
 
-bool transcendental(OpKind k) { return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf; }
 
 // A flat member: an element-wise f32 node of more than one value whose operands are all of
 // its shape or of one value.

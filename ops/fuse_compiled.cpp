@@ -60,24 +60,9 @@ struct Entry {
   Kernel run;
 };
 
-bool elementwise(OpKind k) {
-  switch (k) {
-    case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
-    case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh:
-    case OpKind::erf: case OpKind::compare: case OpKind::where:
-      return true;
-    default:
-      return false;
-  }
-}
-
-constexpr bool transcendental(OpKind k) {
-  return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf;
-}
-
 // Members the compiled kernels run: element-wise ops, expand of a row's value, and sum or
 // max over the row (row groups).
-bool compilable(OpKind k) { return k == OpKind::expand || k == OpKind::sum || k == OpKind::max || elementwise(k); }
+bool compilable(OpKind k) { return k == OpKind::expand || k == OpKind::sum || k == OpKind::max || op_elementwise(k); }
 
 #ifdef GG_COMPILED_FUSION
 using simd::vf;
@@ -109,16 +94,6 @@ inline float opaque(float v) {
 template <class>
 inline constexpr bool always_false = false;
 
-// op_arity, at compile time.
-constexpr int arity(OpKind k) {
-  constexpr int of[] = {
-#define OP(name, n) n,
-#include "ops/op_list.def"
-#undef OP
-  };
-  return of[int(k)];
-}
-
 // A run: consecutive full members, evaluated together one register of the row at a time.
 // run_start / run_end: the run holding full member k.
 template <auto P>
@@ -137,7 +112,7 @@ template <auto P>
 constexpr bool kept_row(std::size_t k) {
   for (std::size_t m = k + 1; m < P.ins.size(); ++m) {
     const Instr& i = P.ins[m];
-    const bool reads = i.a == int(k) || (arity(i.op) >= 2 && i.b == int(k)) || (arity(i.op) >= 3 && i.c == int(k));
+    const bool reads = i.a == int(k) || (op_arity(i.op) >= 2 && i.b == int(k)) || (op_arity(i.op) >= 3 && i.c == int(k));
     if (reads && (i.reduced() || run_start<P>(m) != run_start<P>(k))) return true;
   }
   return false;
@@ -238,11 +213,11 @@ inline void reduced_member(const Row& x) {
     static_assert(!transcendental(I.op), "a reduced transcendental member runs interpreted");
     r = element<I>([&] { return scalar_operand<P, I.a>(x); },
                    [&] {
-                     if constexpr (arity(I.op) >= 2) return scalar_operand<P, I.b>(x);
+                     if constexpr (op_arity(I.op) >= 2) return scalar_operand<P, I.b>(x);
                      else return 0.f;
                    },
                    [&] {
-                     if constexpr (arity(I.op) >= 3) return scalar_operand<P, I.c>(x);
+                     if constexpr (op_arity(I.op) >= 3) return scalar_operand<P, I.c>(x);
                      else return 0.f;
                    });
   }
@@ -328,6 +303,14 @@ const Entry entries[] = {
 #undef GG_FUSED
 }  // namespace table
 std::span<const Entry> entries() { return table::entries; }
+
+// Row r of the input at (r % lead.back()) * n: a (T, n) table over lead dims (..., T).
+bool periodic(const FusedGroup& group, const FusedRead& r) {
+  if (r.inner != 1 || group.lead.size() < 2 || r.lead_stride.size() != group.lead.size()) return false;
+  for (std::size_t d = 0; d + 1 < r.lead_stride.size(); ++d)
+    if (r.lead_stride[d] != 0) return false;
+  return r.lead_stride.back() == group.n;
+}
 #else
 std::span<const Entry> entries() { return {}; }
 #endif
@@ -345,16 +328,6 @@ bool same_program(const Entry& e, const FusedGroup& group, const std::string& fo
   return true;
 }
 
-}  // namespace
-
-namespace {
-// Row r of the input at (r % lead.back()) * n: a (T, n) table over lead dims (..., T).
-[[maybe_unused]] bool periodic(const FusedGroup& group, const FusedRead& r) {
-  if (r.inner != 1 || group.lead.size() < 2 || r.lead_stride.size() != group.lead.size()) return false;
-  for (std::size_t d = 0; d + 1 < r.lead_stride.size(); ++d)
-    if (r.lead_stride[d] != 0) return false;
-  return r.lead_stride.back() == group.n;
-}
 }  // namespace
 
 std::string fused_input_forms(const Graph& g, const FusedGroup& group) {
@@ -381,7 +354,6 @@ std::string fused_input_forms(const Graph& g, const FusedGroup& group) {
 }
 
 int find_compiled(const FusedGroup& group, const std::string& forms) {
-  if (forms.empty() && !group.inputs.empty()) return -1;
   const std::span<const Entry> es = entries();
   for (std::size_t i = 0; i < es.size(); ++i)
     if (same_program(es[i], group, forms)) return int(i);

@@ -32,6 +32,12 @@
 
 namespace gg {
 
+// exp, log, tanh and erf: the members whose SIMD body and scalar tail may round apart, so
+// that where a run splits between them must be the unary kernel's.
+constexpr bool transcendental(OpKind k) {
+  return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf;
+}
+
 // The forms of a group's inputs, one letter an input, as the table writes them: F the group's
 // shape (rows in order), B one row for every row (a bias), R one value a row, S one value,
 // P a table of rows repeating along the last lead dim (a (T, T) mask over (B, H, T) rows).

@@ -19,11 +19,10 @@ namespace gg {
 namespace {
 struct OpEntry {
   const char* name;
-  int arity;
   const OpRule* rule;
 };
 const OpEntry op_table[] = {
-#define OP(name, arity) {#name, arity, &name##_rule},
+#define OP(name, arity) {#name, &name##_rule},
 #include "ops/op_list.def"
 #undef OP
 };
@@ -31,7 +30,6 @@ static_assert(sizeof(op_table) / sizeof(op_table[0]) == op_count);
 }  // namespace
 
 const char* op_name(OpKind k) { return op_table[int(k)].name; }
-int op_arity(OpKind k) { return op_table[int(k)].arity; }
 
 bool op_arithmetic(OpKind k) {
   switch (k) {

@@ -31,7 +31,14 @@ inline constexpr int op_count = 0
     ;
 
 const char* op_name(OpKind k);
-int op_arity(OpKind k);  // -1: any number of inputs
+constexpr int op_arity(OpKind k) {  // -1: any number of inputs
+  constexpr int arity[] = {
+#define OP(name, n) n,
+#include "op_list.def"
+#undef OP
+  };
+  return arity[int(k)];
+}
 // The element-wise primitives: each output value depends only on the operands' values at
 // the same (broadcast) position. op_elementwise: add, sub, mul, div, maximum, neg, exp, log,
 // sqrt, tanh, erf, compare and where; op_arithmetic: the same but compare and where.
