@@ -10,7 +10,8 @@ own process (OpenBLAS reads its variables at load time).
 Run: /usr/bin/python3 bench/torch_bench.py --config C.json --batch B --seq T --steps N
      [--warmup W] [--threads K]
 Prints `torch_ms_per_step <median ms>`, `torch_peak_rss_kb <ru_maxrss>`,
-`openblas_core <the kernel OpenBLAS runs>` and `torch_code <what was used>`.
+`openblas_core <the kernel OpenBLAS runs>`, `blas_library <the BLAS library torch loaded>` and
+`torch_code <what was used>`.
 The weights are not the same numbers as gradgraph's (the time does not depend on them);
 the shapes, the optimizer and its settings are (lr 1e-3, betas 0.9/0.99, weight decay 0.1
 on parameters of 2+ dimensions only, as gradgraph's AdamW, clipping at 1.0).
@@ -19,6 +20,7 @@ import argparse
 import ctypes
 import json
 import math
+import os
 import resource
 import statistics
 import time
@@ -131,6 +133,21 @@ def openblas_core():
     return "?"
 
 
+def blas_library():
+    """The BLAS library this process loaded (resolved through Debian's alternatives), or '?'.
+    Debian's torch links libblas.so.3, which may be OpenBLAS or the unoptimized reference BLAS."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if ".so" in line}
+    except OSError:
+        return "?"
+    def is_blas(path):
+        name = os.path.basename(path).lower()
+        return name.startswith(("libblas.so", "libcblas.so")) or any(k in name for k in ("openblas", "mkl", "blis"))
+    found = sorted({os.path.realpath(p) for p in paths if is_blas(p)})
+    return " ".join(found) if found else "?"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
@@ -163,6 +180,7 @@ def main():
     print(f"torch_ms_per_step {statistics.median(times) * 1e3:.3f}")
     print(f"torch_peak_rss_kb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
     print(f"openblas_core {openblas_core()}")
+    print(f"blas_library {blas_library()}")
     attn = "F.scaled_dot_product_attention(is_causal=True)" if HAS_SDPA else "matmul + masked_fill + softmax (no SDPA in this torch)"
     print(f"torch_code torch {torch.__version__}: fused QKV nn.Linear, F.layer_norm, F.gelu, F.cross_entropy, {attn}, "
           f"AdamW({opt_kind}), clip_grad_norm_; torch threads {torch.get_num_threads()}")

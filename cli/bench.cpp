@@ -136,7 +136,7 @@ std::string field(const std::string& out, const std::string& key) {
 }
 
 struct TorchRun {
-  std::string setting, core, cmd;
+  std::string setting, core, blas, cmd;
   double ms = 0, rss_mib = 0;
 };
 
@@ -218,9 +218,12 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
         r.ms = std::stod(ms);
         r.rss_mib = std::stod(field(out, "torch_peak_rss_kb").empty() ? "0" : field(out, "torch_peak_rss_kb")) / 1024.0;
         r.core = field(out, "openblas_core");
+        r.blas = field(out, "blas_library");
         if (notes.empty()) notes = field(out, "torch_code");
-        fmt::print("  {:<80} {:9.2f} ms/step  peak RSS {:7.1f} MiB  (OpenBLAS runs {}; load average {:.2f})\n",
-                   r.setting, r.ms, r.rss_mib, r.core.empty() ? "?" : r.core, load_average());
+        const bool named = !r.core.empty() && r.core != "?";
+        fmt::print("  {:<80} {:9.2f} ms/step  peak RSS {:7.1f} MiB  ({}; load average {:.2f})\n", r.setting, r.ms,
+                   r.rss_mib, named ? "OpenBLAS runs " + r.core : "BLAS " + (r.blas.empty() ? "?" : r.blas),
+                   load_average());
         runs.push_back(r);
       }
   if (runs.empty()) {
@@ -228,6 +231,16 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
     return;
   }
   if (!notes.empty()) fmt::print("PyTorch code: {}\n", notes);
+  // Debian's torch calls libblas.so.3, which Debian's alternatives point at OpenBLAS only
+  // when it is installed; otherwise at the reference BLAS, some 30x slower on these products,
+  // and a ratio against it would flatter gradgraph by as much.
+  const bool any_openblas = std::any_of(runs.begin(), runs.end(), [](const TorchRun& r) {
+    return r.blas.find("openblas") != std::string::npos || (!r.core.empty() && r.core != "?");
+  });
+  if (!any_openblas)
+    fmt::print("WARNING: PyTorch ran without OpenBLAS (its BLAS: {}): this is not PyTorch at its best, and the "
+               "ratios below flatter gradgraph; apt-get install libopenblas0-pthread and run again\n",
+               runs.front().blas.empty() ? "unknown" : runs.front().blas);
   const TorchRun& best = *std::min_element(runs.begin(), runs.end(), [](auto& x, auto& y) { return x.ms < y.ms; });
   fmt::print("torch_best_ms_per_step {:.2f} ({})\n", best.ms, best.setting);
   fmt::print("speedup {:.2f}x (PyTorch's best / gradgraph: {:.2f} / {:.2f} ms)\n", best.ms / ours_ms, best.ms, ours_ms);
