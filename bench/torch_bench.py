@@ -9,7 +9,8 @@ own process (OpenBLAS reads its variables at load time).
 
 Run: /usr/bin/python3 bench/torch_bench.py --config C.json --batch B --seq T --steps N
      [--warmup W] [--threads K]
-Prints `torch_ms_per_step <median ms>`, `torch_peak_rss_kb <ru_maxrss>`,
+(W is a minimum: it warms up for at least 3 steps and until the steps stop speeding up.)
+Prints `torch_ms_per_step <median ms>`, `torch_warmup_steps <how many, their ms>`, `torch_peak_rss_kb <ru_maxrss>`,
 `openblas_core <the kernel OpenBLAS runs>`, `blas_library <the BLAS library torch loaded>` and
 `torch_code <what was used>`.
 The weights are not the same numbers as gradgraph's (the time does not depend on them);
@@ -167,17 +168,29 @@ def main():
     x = torch.randint(0, cfg["vocab_size"], (a.batch, T))
     y = torch.randint(0, cfg["vocab_size"], (a.batch, T))
     params = list(model.parameters())
-    times = []
-    for i in range(a.warmup + a.steps):
+    def step():
         t0 = time.perf_counter()
         loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        if i >= a.warmup:
-            times.append(time.perf_counter() - t0)
+        return time.perf_counter() - t0
+
+    # Warm-up: at least MIN_WARMUP steps, then more while a step still runs more than 10%
+    # faster than the one before it (at most MAX_WARMUP in all). PyTorch's first steps are
+    # slower than its steady state for longer than gradgraph's (whose arena is allocated
+    # once): glibc's malloc returns freed activations to the kernel until its mmap threshold
+    # has grown past their sizes, and the next step faults them in again. On a VM whose page
+    # faults cost ~12 us (a Zen 5 on 2026-12-04) the medium model's steps 1-3 took 2.6, 1.7
+    # and 1.5 s, then 0.78-0.83: one warm-up step would have doubled PyTorch's time.
+    MIN_WARMUP, MAX_WARMUP = 3, 10
+    warm = []
+    while len(warm) < max(a.warmup, MIN_WARMUP) or (len(warm) < MAX_WARMUP and warm[-1] < 0.9 * warm[-2]):
+        warm.append(step())
+    times = [step() for _ in range(a.steps)]
     print(f"torch_ms_per_step {statistics.median(times) * 1e3:.3f}")
+    print(f"torch_warmup_steps {len(warm)} ({', '.join(f'{t * 1e3:.1f}' for t in warm)} ms)")
     print(f"torch_peak_rss_kb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}")
     print(f"openblas_core {openblas_core()}")
     print(f"blas_library {blas_library()}")

@@ -186,8 +186,9 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
   const bool avx512 = cpu_has_avx512();
   if (avx512) cores_tried.push_back({"SkylakeX", "-u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=SkylakeX"});
   else cores_tried.push_back({"Haswell", "-u OPENBLAS_L2_SIZE OPENBLAS_CORETYPE=Haswell"});
-  fmt::print("PyTorch {} ({}), {} steps after {} warm-up per setting; the machine's OPENBLAS_CORETYPE is {}\n", version,
-             python, a.torch_steps > 0 ? a.torch_steps : a.steps, a.warmup, env_core ? env_core : "unset");
+  fmt::print("PyTorch {} ({}), {} steps per setting after at least max({}, 3) warm-up steps (more while its steps still "
+             "speed up: glibc's malloc settles in a few steps); the machine's OPENBLAS_CORETYPE is {}\n",
+             version, python, a.torch_steps > 0 ? a.torch_steps : a.steps, a.warmup, env_core ? env_core : "unset");
   if (!avx512)
     fmt::print("OPENBLAS_CORETYPE=SkylakeX not tried: this CPU has no AVX-512 (its kernels would die of an illegal "
                "instruction); Haswell (AVX2) tried instead\n");
@@ -221,9 +222,10 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
         r.blas = field(out, "blas_library");
         if (notes.empty()) notes = field(out, "torch_code");
         const bool named = !r.core.empty() && r.core != "?";
-        fmt::print("  {:<80} {:9.2f} ms/step  peak RSS {:7.1f} MiB  ({}; load average {:.2f})\n", r.setting, r.ms,
-                   r.rss_mib, named ? "OpenBLAS runs " + r.core : "BLAS " + (r.blas.empty() ? "?" : r.blas),
-                   load_average());
+        const std::string warm = field(out, "torch_warmup_steps");
+        fmt::print("  {:<80} {:9.2f} ms/step  peak RSS {:7.1f} MiB  ({}; warm-up {}; load average {:.2f})\n", r.setting,
+                   r.ms, r.rss_mib, named ? "OpenBLAS runs " + r.core : "BLAS " + (r.blas.empty() ? "?" : r.blas),
+                   warm.substr(0, warm.find(' ')), load_average());
         runs.push_back(r);
       }
   if (runs.empty()) {
