@@ -13,6 +13,7 @@
 #include <iterator>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include <unistd.h>
 
@@ -55,6 +56,8 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   if (options.slice) plan_slices();
   masked_ = options.masked;
   plan_locals();
+  in_place_option_ = options.in_place;
+  plan_in_place();
   std::vector<std::size_t> offset;
   std::vector<NodeId> root;
   plan_memory(offset, root);
@@ -73,6 +76,15 @@ std::vector<NodeId> Executor::read_after_steps() const {
   std::vector<NodeId> ids = outputs_;
   for (const Graph::Check& c : g_.checks()) ids.push_back(c.node);
   return ids;
+}
+
+bool in_place_by_default() {
+  const char* s = std::getenv("GG_IN_PLACE");
+  return !(s && std::string_view(s) == "0");
+}
+
+std::size_t Executor::in_place_permutes() const {
+  return std::size_t(std::count(in_place_step_.begin(), in_place_step_.end(), 1));
 }
 
 bool masked_by_default() {
@@ -278,16 +290,90 @@ void Executor::plan_locals() {
   }
 }
 
-// Full-size storage for the chains' local values, for runs that go step by step.
+// The head split and merge of attention are permutes between (B, T, H, hd) and
+// (B, H, T, hd), and the chains' products read or make the (B, H, T, hd) side: a slice
+// (b, h) of it is a (T, hd) matrix whose rows are H * hd apart on the other side. A
+// permute P of X whose every reader is a product in a chain with leads L, P's shape L + (R,
+// C) and its last axis X's last, is not run: the products read their slices from X with X's
+// strides. A chain's product whose only reader is a permute Q, outside the chains, with the
+// last axis kept last, writes its slices straight into Q's output, and Q is not run. The
+// products get the same operands and sum the same terms in the same order, so no value
+// changes; a run that goes step by step (anomaly mode) runs the permutes.
+void Executor::plan_in_place() {
+  const std::size_t N = std::size_t(g_.size());
+  in_place_.assign(N, {});
+  in_place_step_.assign(N, 0);
+  if (chains_.empty() || !in_place_option_) return;
+  std::vector<char> kept(N, 0);  // read after the steps, or checked: needs its own value
+  for (NodeId id : read_after_steps()) kept[std::size_t(id)] = 1;
+  for (const Graph::Check& ck : g_.checks()) kept[std::size_t(ck.node)] = 1;
+  // The step each node is computed at: a group member's at its root (whose step reads it).
+  auto step_node = [&](NodeId id) {
+    const int gi = group_at(id);
+    return gi >= 0 ? fusion_.groups[std::size_t(gi)].root : id;
+  };
+  std::vector<std::vector<NodeId>> readers(N);  // the step nodes that read each node
+  for (NodeId id : order_)
+    for (NodeId in : g_.node(id).inputs) readers[std::size_t(in)].push_back(step_node(id));
+  std::vector<int> chain_of(N, -1);  // per step node inside a chain: the chain
+  for (std::size_t ci = 0; ci < chains_.size(); ++ci)
+    for (std::size_t s = chains_[ci].first; s <= chains_[ci].last; ++s) chain_of[std::size_t(order_[s])] = int(ci);
+  auto product_in_chain = [&](NodeId id) {
+    return chain_of[std::size_t(id)] >= 0 && group_at(id) < 0 && g_.node(id).op == OpKind::matmul;
+  };
+  auto lead_rank = [&](NodeId id) { return chains_[std::size_t(chain_of[std::size_t(id)])].lead.size(); };
+  auto plain_permute = [&](NodeId id) {
+    const Node& n = g_.node(id);
+    return n.op == OpKind::permute && n.dtype == DType::f32 && group_at(id) < 0 && chain_of[std::size_t(id)] < 0 &&
+           !kept[std::size_t(id)] && local_off_[std::size_t(id)] < 0;
+  };
+  // Results written into the permute that reads them.
+  for (std::size_t s = 0; s < order_.size(); ++s) {
+    const NodeId id = order_[s];
+    if (!product_in_chain(id) || kept[std::size_t(id)] || local_off_[std::size_t(id)] >= 0) continue;
+    if (readers[std::size_t(id)].size() != 1) continue;
+    const NodeId q = readers[std::size_t(id)][0];
+    if (!plain_permute(q)) continue;
+    const Shape& perm = g_.node(q).attrs.dims;
+    const Shape ost = strides_of(g_.node(q).shape);
+    std::vector<std::int64_t> axis(perm.size());
+    for (std::size_t i = 0; i < perm.size(); ++i) axis[std::size_t(perm[i])] = ost[i];
+    if (axis.size() != lead_rank(id) + 2 || axis.back() != 1) continue;
+    in_place_[std::size_t(id)] = {q, true, std::move(axis)};
+    in_place_step_[std::size_t(q)] = 1;
+  }
+  // Operands read from the permute's input.
+  for (NodeId id : order_) {
+    if (!plain_permute(id) || in_place_step_[std::size_t(id)] || readers[std::size_t(id)].empty()) continue;
+    const Node& n = g_.node(id);
+    const NodeId x = n.inputs[0];
+    // X needs storage of its own to read from, bound before the chain runs.
+    if (in_place_[std::size_t(x)].to >= 0 || local_off_[std::size_t(x)] >= 0 || never_stored(x) ||
+        g_.node(x).dtype != DType::f32)
+      continue;
+    const Shape xst = strides_of(g_.node(x).shape);
+    std::vector<std::int64_t> axis(n.attrs.dims.size());
+    for (std::size_t i = 0; i < axis.size(); ++i) axis[i] = xst[std::size_t(n.attrs.dims[i])];
+    const bool all_products = std::all_of(readers[std::size_t(id)].begin(), readers[std::size_t(id)].end(),
+                                          [&](NodeId r) { return product_in_chain(r) && axis.size() == lead_rank(r) + 2; });
+    if (!all_products || axis.back() != 1) continue;
+    in_place_[std::size_t(id)] = {x, false, std::move(axis)};
+    in_place_step_[std::size_t(id)] = 1;
+  }
+}
+
+// Full-size storage for the chains' local values and the in-place ones, for runs that go
+// step by step.
 void Executor::bind_locals_unsliced() {
+  auto own = [&](NodeId id) { return local_off_[std::size_t(id)] >= 0 || in_place_[std::size_t(id)].to >= 0; };
   std::size_t bytes = 0;
   for (NodeId id : order_)
-    if (local_off_[std::size_t(id)] >= 0) bytes += round64(std::size_t(numel(g_.node(id).shape)) * 4);
+    if (own(id)) bytes += round64(std::size_t(numel(g_.node(id).shape)) * 4);
   if (bytes == 0 || local_full_) return;
   local_full_.reset(aligned_alloc64(bytes));
   char* p = static_cast<char*>(local_full_.get());
   for (NodeId id : order_)
-    if (local_off_[std::size_t(id)] >= 0) {
+    if (own(id)) {
       views_[std::size_t(id)].data = p;
       p += round64(std::size_t(numel(g_.node(id).shape)) * 4);
     }
@@ -334,6 +420,24 @@ void Executor::bind_slices() {
         }
         ss.out_shape = sliced(n.shape);
         ss.out_elems = numel(n.shape) / c.slices;
+        const std::size_t l = c.lead.size();
+        ss.in_from.assign(n.inputs.size(), -1);
+        SliceStrides ld;
+        std::int64_t* in_ld[2] = {&ld.a, &ld.b};
+        for (std::size_t j = 0; j < n.inputs.size() && n.op == OpKind::matmul; ++j)
+          if (const InPlace& ip = in_place_[std::size_t(n.inputs[j])]; ip.to >= 0 && !ip.writes) {
+            ss.in_from[j] = ip.to;
+            ss.in_stride[j].assign(ip.axis_stride.begin(), ip.axis_stride.begin() + std::ptrdiff_t(l));
+            *in_ld[j] = ip.axis_stride[l];
+            ss.strided = true;
+          }
+        if (const InPlace& ip = in_place_[std::size_t(st.id)]; ip.writes) {
+          ss.out_to = ip.to;
+          ss.out_stride.assign(ip.axis_stride.begin(), ip.axis_stride.begin() + std::ptrdiff_t(l));
+          ld.c = ip.axis_stride[l];
+          ss.strided = true;
+        }
+        ss.ld_a = ld.a, ss.ld_b = ld.b, ss.ld_c = ld.c;
         if (!masked.empty() && masked[std::size_t(st.id)].kind != MaskedProduct::none)
           ss.masked = std::make_shared<const MaskedBlocks>(masked_blocks(g_, n, masked[std::size_t(st.id)]));
       }
@@ -405,13 +509,20 @@ void Executor::run_chain(const SliceChain& c) {
         for (std::size_t j = 0; j < st.in.size(); ++j) {
           std::int64_t off = 0;
           for (std::size_t d = 0; d < l; ++d) off += idx[d] * ss.in_stride[j][d];
-          char* data = ss.in_local[j] >= 0 ? scratch + ss.in_local[j] : static_cast<char*>(st.in[j].data) + off * 4;
+          char* data = ss.in_local[j] >= 0 ? scratch + ss.in_local[j]
+                       : ss.in_from[j] >= 0 ? static_cast<char*>(views_[std::size_t(ss.in_from[j])].data) + off * 4
+                                            : static_cast<char*>(st.in[j].data) + off * 4;
           ins.push_back(View{data, &ss.in_shape[j], st.in[j].dtype});
         }
         char* out_data = ss.out_local >= 0 ? scratch + ss.out_local : static_cast<char*>(st.out.data) + i * ss.out_elems * 4;
+        if (ss.out_to >= 0) {
+          std::int64_t off = 0;
+          for (std::size_t d = 0; d < l; ++d) off += idx[d] * ss.out_stride[d];
+          out_data = static_cast<char*>(views_[std::size_t(ss.out_to)].data) + off * 4;
+        }
         const View out{out_data, &ss.out_shape, st.out.dtype};
-        if (ss.masked)
-          masked_matmul(g_.node(st.id), *ss.masked, ins, out);
+        if (ss.masked || ss.strided)
+          slice_matmul(g_.node(st.id), ss.masked.get(), ins, out, {ss.ld_a, ss.ld_b, ss.ld_c});
         else
           st.kernel(KernelArgs{g_.node(st.id), ins, out, &rng_});
       }
@@ -428,6 +539,7 @@ void Executor::make_steps() {
     const int group = group_at(id);
     if (group >= 0 && fusion_.groups[std::size_t(group)].root != id) continue;  // inside its group's step
     Step st{id, group >= 0 ? nullptr : op_rule(n.op).kernel, group, {}, views_[std::size_t(id)], {}, {}};
+    st.in_place = in_place_step_[std::size_t(id)] != 0;
     GG_CHECK(st.kernel != nullptr || group >= 0);
     if (group >= 0)
       for (NodeId m : fusion_.groups[std::size_t(group)].stored) st.stored.push_back(views_[std::size_t(m)]);
@@ -502,6 +614,23 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   for (const SliceChain& c : chains_)
     for (std::size_t s = c.first; s <= c.last; ++s)
       for (NodeId in : g.node(order_[s]).inputs) last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], int(c.last));
+  // A permute read in place: the chains read its input instead, until its last reader.
+  // A permute written in place: the chain that writes it needs its place from its start.
+  std::vector<std::vector<NodeId>> early(order_.size());  // by position: values placed there
+  std::vector<char> placed_early(N, 0);
+  for (std::size_t s = 0; s < order_.size(); ++s) {
+    const InPlace& ip = in_place_[std::size_t(order_[s])];
+    if (ip.to < 0) continue;
+    if (!ip.writes) {
+      last_use[std::size_t(ip.to)] = std::max(last_use[std::size_t(ip.to)], last_use[std::size_t(order_[s])]);
+      continue;
+    }
+    for (const SliceChain& c : chains_)
+      if (s >= c.first && s <= c.last) {
+        early[c.first].push_back(ip.to);
+        placed_early[std::size_t(ip.to)] = 1;
+      }
+  }
   for (NodeId o : outputs_) {
     last_use[std::size_t(o)] = INT_MAX;
     kept_[std::size_t(o)] = 1;
@@ -562,15 +691,10 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   };
   offset.assign(N, 0);
   std::size_t expired_to = 0;  // buckets below this step are released
-  for (std::size_t s = 0; s < order_.size(); ++s) {
-    const Node& n = g.node(order_[s]);
-    if (op_bound_leaf(n.op) || root[std::size_t(order_[s])] != order_[s] || interior(order_[s]) ||
-        local_off_[std::size_t(order_[s])] >= 0)
-      continue;
-    for (; expired_to < s; ++expired_to)
-      for (std::size_t off : expiring[expired_to]) release(off);
+  auto place = [&](std::size_t s, NodeId id) {
+    const Node& n = g.node(id);
     const std::size_t size = round64(std::size_t(numel(n.shape)) * 4);
-    if (size == 0) continue;  // an empty value needs no place (its offset stays 0)
+    if (size == 0) return;  // an empty value needs no place (its offset stays 0)
     std::size_t at = top;
     if (!gap_sizes.empty() && *gap_sizes.rbegin() >= size)
       for (auto it = gaps.begin(); it != gaps.end(); ++it)
@@ -582,12 +706,23 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
           break;
         }
     if (at == top) top += size;
-    offset[std::size_t(order_[s])] = at;
+    offset[std::size_t(id)] = at;
     blocks.emplace(at, at + size);
-    const int last = std::max(last_use[std::size_t(order_[s])], int(s));
+    const int last = std::max(last_use[std::size_t(id)], int(s));
     if (last != INT_MAX && std::size_t(last) < expiring.size()) expiring[std::size_t(last)].push_back(at);
     arena_bytes_ = std::max(arena_bytes_, at + size);
     unshared_bytes_ += size;
+  };
+  for (std::size_t s = 0; s < order_.size(); ++s) {
+    const NodeId id = order_[s];
+    const Node& n = g.node(id);
+    const bool own = !op_bound_leaf(n.op) && root[std::size_t(id)] == id && !interior(id) &&
+                     local_off_[std::size_t(id)] < 0 && in_place_[std::size_t(id)].to < 0 && !placed_early[std::size_t(id)];
+    if (!own && early[s].empty()) continue;
+    for (; expired_to < s; ++expired_to)
+      for (std::size_t off : expiring[expired_to]) release(off);
+    for (NodeId e : early[s]) place(s, e);
+    if (own) place(s, id);
   }
   if (arena_bytes_ > physical_memory_bytes())
     throw GraphError(fmt::format("the plan needs {:.1f} GiB for intermediate values, more than this machine's {:.1f} GiB "
@@ -623,8 +758,8 @@ void Executor::bind_views(const std::vector<std::size_t>& offset, const std::vec
       kept_[std::size_t(id)] = 1;  // bound at each run
     } else if (root[std::size_t(id)] != id) {
       v.data = views_[std::size_t(root[std::size_t(id)])].data;  // a view: the reshape kernel copies nothing
-    } else if (never_stored(id) || local_off_[std::size_t(id)] >= 0) {
-      v.data = nullptr;  // inside a fused group, or in a chain's scratch: no place of its own
+    } else if (never_stored(id) || local_off_[std::size_t(id)] >= 0 || in_place_[std::size_t(id)].to >= 0) {
+      v.data = nullptr;  // inside a fused group, in a chain's scratch, or read or written in place: no place of its own
     } else {
       v.data = base + offset[std::size_t(id)];
     }
@@ -731,6 +866,10 @@ void Executor::run() {
       continue;
     }
     Step& st = steps_[t];
+    if (st.in_place && !detect_anomaly_) {  // the chains read or wrote it in place
+      for (std::size_t c : st.checks) run_check(c);
+      continue;
+    }
     const Node& n = g_.node(st.id);
     bind_inputs(st);
     auto compute = [&] {

@@ -27,6 +27,8 @@ struct MaskedBlocks;  // ops/masked.h
 bool slice_by_default();
 // The masked-product switch: false when the environment has GG_MASKED=0.
 bool masked_by_default();
+// The in-place permute switch: false when the environment has GG_IN_PLACE=0.
+bool in_place_by_default();
 
 struct ExecutorOptions {
   // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning;
@@ -49,6 +51,12 @@ struct ExecutorOptions {
   // about half the work. Values are unchanged wherever they are finite. Off with
   // GG_MASKED=0, or here.
   bool masked = masked_by_default();
+  // Inside batch-slice chains, let a matrix product read an operand that is a permute of
+  // some X straight from X, and write a result that only a permute reads straight into
+  // that permute's output, where a slice is then a matrix with a row stride (attention's
+  // head split and merge): those permutes are not run, and their values take no place in
+  // the arena. Values are unchanged bit for bit. Off with GG_IN_PLACE=0, or here.
+  bool in_place = in_place_by_default();
 };
 
 class Executor {
@@ -79,6 +87,8 @@ class Executor {
   std::size_t chain_local_values() const;
   // How many of the chains' matrix products skip a mask's zeros (ExecutorOptions::masked).
   std::size_t masked_products() const;
+  // How many permutes the chains' products read or write in place (ExecutorOptions::in_place).
+  std::size_t in_place_permutes() const;
   // Steps of the flat loop (a fused group is one).
   std::size_t step_count() const { return steps_.size(); }
 
@@ -134,6 +144,7 @@ class Executor {
     View out;
     std::vector<View> stored;         // a fused group's stored members but the root
     std::vector<std::size_t> checks;  // indices into g_.checks() to run after this step
+    bool in_place = false;            // a permute the chains do without: skipped when they run sliced
   };
   // A run of consecutive steps that all work batch slice by batch slice over the same
   // leading dims L (prod(L) = slices): batched matmuls, fused groups whose rows start
@@ -150,6 +161,14 @@ class Executor {
     std::vector<std::int64_t> in_local, stored_local;
     std::int64_t out_local = -1;
     bool any_local = false;
+    // A matmul's operand read in place from the input of its permute, or its result written
+    // into the permute that reads it: that node (or -1), its strides per L dim, and the row
+    // strides of a, b and c (ops/masked.h's SliceStrides; 0 when that side is not in place).
+    std::vector<NodeId> in_from;
+    std::vector<std::int64_t> out_stride;
+    NodeId out_to = -1;
+    std::int64_t ld_a = 0, ld_b = 0, ld_c = 0;
+    bool strided = false;
   };
   struct SliceChain {
     std::size_t first = 0, last = 0;  // positions in order_ of its first and last step nodes, then step indices
@@ -163,7 +182,8 @@ class Executor {
   void number_order();  // step_of_ from order_
   void plan_slices();  // finds the chains (positions in order_), before plan_memory
   void plan_locals();  // the chains' values read only inside one slice's pass, before plan_memory
-  void bind_locals_unsliced();  // full-size storage for them, when a run goes step by step
+  void plan_in_place();  // the permutes the chains' products read or write in place, before plan_memory
+  void bind_locals_unsliced();  // full-size storage for them and for in-place values, when a run goes step by step
   void bind_slices();  // the chains' step indices and per-slice shapes, after make_steps
   void run_chain(const SliceChain& c);
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
@@ -193,6 +213,19 @@ class Executor {
   std::vector<SliceChain> chains_;
   std::vector<int> chain_at_;  // per step: the chain starting there, or -1
   bool masked_ = false;        // ExecutorOptions::masked
+  bool in_place_option_ = false;  // ExecutorOptions::in_place
+  // Per node of g_, for a permute a chain's products read in place: its input and, per axis
+  // of the permute, that axis's stride in its input; for a chain's product whose result is
+  // written into the permute that reads it: that permute and, per axis of the product, the
+  // stride in the permute's output. `to` is -1 for every other node; such nodes have no
+  // arena place (storage of their own only when a run goes step by step).
+  struct InPlace {
+    NodeId to = -1;
+    bool writes = false;
+    std::vector<std::int64_t> axis_stride;
+  };
+  std::vector<InPlace> in_place_;
+  std::vector<char> in_place_step_;  // per node: a permute the chains do without
   // Per node of g_: its byte offset in its chain's per-thread scratch when only the chain's
   // pass over one slice reads it (no arena place), else -1. Run step by step (anomaly
   // mode), such values get full-size storage of their own (local_full_), made on demand.

@@ -239,7 +239,8 @@ MaskedBlocks masked_blocks(const Graph& g, const Node& n, MaskedProduct p) {
   return b;
 }
 
-void masked_matmul(const Node& n, const MaskedBlocks& blocks, std::span<const View> in, const View& out) {
+void slice_matmul(const Node& n, const MaskedBlocks* masked, std::span<const View> in, const View& out,
+                  SliceStrides ld) {
   const Shape& sa = *in[0].shape;
   const Shape& sb = *in[1].shape;
   const bool ta = n.attrs.trans_a, tb = n.attrs.trans_b;
@@ -248,7 +249,12 @@ void masked_matmul(const Node& n, const MaskedBlocks& blocks, std::span<const Vi
   const float* A = in[0].f();
   const float* B = in[1].f();
   float* Cm = out.f();
-  const i64 lda = a1, ldb = b1, ldc = N;
+  const i64 lda = ld.a ? ld.a : a1, ldb = ld.b ? ld.b : b1, ldc = ld.c ? ld.c : N;
+  if (!masked) {
+    gemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, Cm, ldc);
+    return;
+  }
+  const MaskedBlocks& blocks = *masked;
   // op(A) rows [i0, i0 + m), op(B) columns [0, cols), terms [k0, k1) into C rows i0.., as the
   // full product would sum them: split at multiples of the GEMM's depth block.
   auto product = [&](i64 i0, i64 m, i64 cols, i64 k0, i64 k1) {

@@ -58,8 +58,18 @@ struct MaskedBlocks {
 // The row blocks of matmul n (a kind from find_masked_products) with mask node m.
 MaskedBlocks masked_blocks(const Graph& g, const Node& n, MaskedProduct p);
 
-// Runs matmul n on one 2-D slice (in[0], in[1] and out with every dim but the last two 1)
-// block by block; out gets the full product's values (0 at skip_out's skipped entries).
-void masked_matmul(const Node& n, const MaskedBlocks& blocks, std::span<const View> in, const View& out);
+// Row strides of a slice's operands and result, in elements; 0: rows follow each other,
+// as the view's shape says. A batch-slice chain reads a permuted operand, and writes a
+// result that is only permuted, in place (a head's rows of a (B, T, H, hd) tensor are
+// H * hd apart).
+struct SliceStrides {
+  std::int64_t a = 0, b = 0, c = 0;
+};
+
+// Runs matmul n on one 2-D slice (in[0], in[1] and out with every dim but the last two 1):
+// with blocks, block by block, and out gets the full product's values (0 at skip_out's
+// skipped entries); without, the full product, as the matmul kernel computes it.
+void slice_matmul(const Node& n, const MaskedBlocks* blocks, std::span<const View> in, const View& out,
+                  SliceStrides ld = {});
 
 }  // namespace gg
