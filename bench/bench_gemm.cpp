@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
       {"medium h^T @ dy", true, false, 1536, 384, 2048},
       {"medium x^T @ dh", true, false, 384, 1536, 2048},
       {"medium x @ qkv^T", false, true, 2048, 384, 384},
+      {"medium x^T @ dq", true, false, 384, 384, 2048},
       {"q(64,32) @ k(64,32)^T", false, true, 64, 64, 32},
       {"att(64,64) @ v(64,32)", false, false, 64, 32, 64},
       {"att(64,64)^T @ dy(64,32)", true, false, 64, 32, 64},
