@@ -3,6 +3,7 @@
 // and scalar tail, contiguous and strided rows), and max over rows holding -inf.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -271,41 +272,49 @@ TEST_CASE("argmax refuses an i32 operand, a scalar and an axis out of range") {
 }
 
 TEST_CASE("a sum or max down long columns splits them between threads without changing a bit") {
-  // (n, inner) with one slab and inner >= 64 per thread: the kernel splits the columns over
-  // threads, in 16-column units, and folds four registers of columns at a time down the rows
-  // (then one register, then single columns); each column still folds its n values in
-  // order, as a float loop would. Also (2, n, inner) over axis 1: slabs split instead.
+  // (n, inner) and (2, n, inner) over axis n. Fewer than 128 rows: each column folds its n
+  // values in order, as a float loop would, whichever thread has it. 128 rows or more: each
+  // chunk of 64 rows folds in order, then the chunks' partials in order, whichever thread
+  // has each chunk. Either way four registers of columns at a time go down the rows (then
+  // one register, then single columns), and the bits are those of the loops below at any
+  // thread count.
   const int saved = num_threads();
-  for (std::int64_t inner : {130, 200, 384, 512, 1000, 4099})
-    for (std::int64_t outer : {1, 2}) {
-      const std::int64_t n = 37;
-      const std::vector<float> x = random_values(outer * n * inner, std::uint32_t(inner + outer));
-      std::vector<float> want_sum(static_cast<std::size_t>(outer * inner)), want_max(want_sum.size());
-      for (std::int64_t o = 0; o < outer; ++o)
-        for (std::int64_t c = 0; c < inner; ++c) {
-          const float* col = x.data() + o * n * inner + c;
-          float s = col[0], m = col[0];
-          for (std::int64_t j = 1; j < n; ++j) {
-            s += col[j * inner];
-            m = m > col[j * inner] ? m : col[j * inner];
+  for (std::int64_t n : {37, 128, 300})
+    for (std::int64_t inner : {130, 200, 512, 4099})
+      for (std::int64_t outer : {1, 2}) {
+        const std::vector<float> x = random_values(outer * n * inner, std::uint32_t(n + inner + outer));
+        const std::int64_t chunk = n >= 128 ? 64 : n;
+        std::vector<float> want_sum(static_cast<std::size_t>(outer * inner)), want_max(want_sum.size());
+        for (std::int64_t o = 0; o < outer; ++o)
+          for (std::int64_t c = 0; c < inner; ++c) {
+            const float* col = x.data() + o * n * inner + c;
+            float s = 0.f, m = 0.f;
+            for (std::int64_t r0 = 0; r0 < n; r0 += chunk) {
+              float cs = col[r0 * inner], cm = col[r0 * inner];
+              for (std::int64_t j = r0 + 1; j < std::min(n, r0 + chunk); ++j) {
+                cs += col[j * inner];
+                cm = cm > col[j * inner] ? cm : col[j * inner];
+              }
+              s = r0 == 0 ? cs : s + cs;
+              m = r0 == 0 ? cm : (m > cm ? m : cm);
+            }
+            want_sum[std::size_t(o * inner + c)] = s;
+            want_max[std::size_t(o * inner + c)] = m;
           }
-          want_sum[std::size_t(o * inner + c)] = s;
-          want_max[std::size_t(o * inner + c)] = m;
+        for (int threads : {1, 2, 3}) {
+          INFO("n " << n << ", outer " << outer << ", inner " << inner << ", threads " << threads);
+          set_num_threads(threads);
+          Graph g;
+          NodeId in = op::input(g, "x", {outer, n, inner});
+          NodeId s = op::sum(g, in, 1, false), m = op::max(g, in, 1, false);
+          ParamStore ps;
+          Executor ex(g, {s, m}, ps);
+          ex.set_input("x", std::span<const float>(x));
+          ex.run();
+          CHECK(ex.get(s).to_vector() == want_sum);
+          CHECK(ex.get(m).to_vector() == want_max);
         }
-      for (int threads : {1, 2, 3}) {
-        INFO("outer " << outer << ", inner " << inner << ", threads " << threads);
-        set_num_threads(threads);
-        Graph g;
-        NodeId in = op::input(g, "x", {outer, n, inner});
-        NodeId s = op::sum(g, in, 1, false), m = op::max(g, in, 1, false);
-        ParamStore ps;
-        Executor ex(g, {s, m}, ps);
-        ex.set_input("x", std::span<const float>(x));
-        ex.run();
-        CHECK(ex.get(s).to_vector() == want_sum);
-        CHECK(ex.get(m).to_vector() == want_max);
       }
-    }
   set_num_threads(saved);
 }
 
