@@ -39,6 +39,16 @@ void build(Attention& a, std::int64_t B, std::int64_t H, std::int64_t T, std::in
   a.outs = {y, z, after};
 }
 
+// The first run's outputs go into want; every later run must give their bits.
+void check_same_bits(const Executor& ex, const std::vector<NodeId>& outs, std::vector<std::vector<float>>& want) {
+  for (std::size_t o = 0; o < outs.size(); ++o) {
+    const std::vector<float> got = ex.get(outs[o]).to_vector();
+    if (want.size() <= o) want.push_back(got);
+    INFO("output " << o);
+    CHECK(std::memcmp(got.data(), want[o].data(), got.size() * 4) == 0);
+  }
+}
+
 void feed(Executor& ex, std::int64_t B, std::int64_t H, std::int64_t T, std::int64_t hs) {
   ex.set_input("q", std::span<const float>(test::wave(B * H * T * hs, 1.f, 1, 0.37)));
   ex.set_input("k", std::span<const float>(test::wave(B * H * T * hs, 1.f, 2, 0.37)));
@@ -74,12 +84,7 @@ TEST_CASE("slice: attention chains give the step-by-step bits, fused or not, at 
           if (!slice) CHECK(ex.slice_chains() == 0);
           feed(ex, B, H, T, hs);
           ex.run();
-          for (std::size_t o = 0; o < a.outs.size(); ++o) {
-            const std::vector<float> got = ex.get(a.outs[o]).to_vector();
-            if (want.size() <= o) want.push_back(got);
-            INFO("output " << o);
-            CHECK(std::memcmp(got.data(), want[o].data(), got.size() * 4) == 0);
-          }
+          check_same_bits(ex, a.outs, want);
         }
     }
     set_num_threads(before);
@@ -155,12 +160,7 @@ TEST_CASE("slice: head split and merge permutes done in place give the bits of r
           ex.set_detect_anomaly(mode == 3);
           ex.set_input("x", std::span<const float>(test::wave(B * T * H * hs, 1.f, 5, 0.37)));
           ex.run();
-          for (std::size_t o = 0; o < a.outs.size(); ++o) {
-            const std::vector<float> got = ex.get(a.outs[o]).to_vector();
-            if (want.size() <= o) want.push_back(got);
-            INFO("output " << o);
-            CHECK(std::memcmp(got.data(), want[o].data(), got.size() * 4) == 0);
-          }
+          check_same_bits(ex, a.outs, want);
         }
       set_num_threads(before);
     }
