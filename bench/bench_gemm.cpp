@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
       {"dy(768,128) @ w(512,128)^T", false, true, 768, 512, 128},
       {"x(768,128)^T @ dy(768,512)", true, false, 128, 512, 768},
       {"x(768,512)^T @ dy(768,128)", true, false, 512, 128, 768},
+      {"x(768,128)^T @ dq(768,128)", true, false, 128, 128, 768},
       {"medium x @ fc1^T", false, true, 2048, 1536, 384},
       {"medium h @ fc2^T", false, true, 2048, 384, 1536},
       {"medium dy @ fc2", false, false, 2048, 1536, 384},

@@ -527,9 +527,68 @@ void gemm_small(const Problem& P) {
   }
 }
 
+// ---- depth slices side by side ----------------------------------------------------------
+// A weight gradient x^T @ dy is a short, wide sum over many rows (the small GPT's: (128, 512)
+// over 768 rows). Split by rows or columns of C, each thread packs and reads every row of x and
+// dy, half of them from the other core's cache (the op before split those rows between the
+// cores), and packs the same panels the other thread packs. Here the depth slices of the sum
+// (gemm_depth_block terms each) go to the threads instead: slice 0 is summed into C as the
+// ordinary path would, each later slice s into a buffer of its own (alpha * its terms), and then
+// C += S_1, += S_2, ... in order: exactly the ordinary path's operations on every value of C
+// (it adds slice after slice onto C the same way), so the bits do not change and do not depend
+// on the threads. Work goes out as (slice, 12-row sliver) pairs, slice by slice, so a thread
+// packs the B panel of one or two slices and reads mostly the rows it wrote.
+// Used for a transposed A, not B, 2 to 4 slices deep, when the buffers stay small.
+constexpr i64 SPLIT_MAX_SLICES = 4;
+constexpr i64 SPLIT_MAX_BUFFER = i64(1) << 20;  // floats of the later slices' buffers: 4 MB
+bool split_depth_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("GG_SPLIT_DEPTH");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+bool split_depth(const Problem& P) {
+  const i64 slices = (P.K + KC - 1) / KC;
+  return P.ta && !P.tb && slices >= 2 && slices <= SPLIT_MAX_SLICES && (slices - 1) * P.M * P.N <= SPLIT_MAX_BUFFER &&
+         num_threads() > 1 && !in_parallel_worker() && split_depth_on();
+}
+thread_local Buffer split_buf;
+std::atomic<std::uint64_t> split_depth_calls{0};
+
+void gemm_split_depth(const Problem& P) {
+  split_depth_calls.fetch_add(1, std::memory_order_relaxed);
+  const i64 slices = (P.K + KC - 1) / KC, MN = P.M * P.N;
+  float* later = split_buf.get(std::size_t((slices - 1) * MN));  // S_s at later + (s - 1) * MN, (M, N)
+  const i64 rows = (P.M + MR - 1) / MR;                           // slivers of MR rows a slice
+  parallel_for(slices * rows, 1, [&](i64 b, i64 e) {
+    while (b < e) {  // the part of [b, e) in one slice: its rows [i0, i1)
+      const i64 s = b / rows, last = std::min(e, (s + 1) * rows);
+      const i64 i0 = (b - s * rows) * MR, i1 = std::min(P.M, (last - s * rows) * MR);
+      Problem Q = P;
+      Q.K = std::min(KC, P.K - s * KC);
+      Q.A = P.A + s * KC * P.lda;  // A is (K, M): the slice's rows
+      Q.B = P.B + s * KC * P.ldb;  // B is (K, N)
+      if (s > 0) Q.beta = 0.f, Q.C = later + (s - 1) * MN, Q.ldc = P.N;
+      gemm_blocked(Q, i0, i1, 0, P.N);
+      b = last;
+    }
+  });
+  parallel_for(P.M, 8, [&](i64 i0, i64 i1) {
+    for (i64 i = i0; i < i1; ++i) {
+      float* c = P.C + i * P.ldc;
+      for (i64 s = 1; s < slices; ++s) {  // as the ordinary path's later slices: c = fma(1, c, S_s)
+        const float* t = later + (s - 1) * MN + i * P.N;
+        for (i64 j = 0; j < P.N; ++j) c[j] += t[j];
+      }
+    }
+  });
+}
+
 }  // namespace
 
 std::uint64_t gemm_stolen_blocks() { return stolen_blocks.load(std::memory_order_relaxed); }
+std::uint64_t gemm_split_depth_calls() { return split_depth_calls.load(std::memory_order_relaxed); }
 
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
           const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
@@ -543,6 +602,7 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
   }
   if (M * N * K <= SMALL) return gemm_small(P);
 
+
   // Products up to DIRECT read A (and usually B) in place; larger ones pack panels, which
   // pays for itself once each packed element is reused enough. A transposed A of up to
   // direct_ta_limit() values is read in place at any size where that was measured faster
@@ -554,6 +614,7 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
   // Threads take independent stripes of C: rows in MR units, or columns in NR units when
   // there are more column tiles than row tiles. Each thread packs its own panels.
   const double flops = 2.0 * double(M) * double(N) * double(K);
+  if (stripe == gemm_blocked && flops >= PARALLEL_FLOPS && split_depth(P)) return gemm_split_depth(P);
   const i64 row_tiles = (M + MR - 1) / MR, col_tiles = (N + NR - 1) / NR;
   if (flops < PARALLEL_FLOPS || std::max(row_tiles, col_tiles) < 2) return stripe(P, 0, M, 0, N);
   if (row_tiles >= col_tiles && stripe == gemm_blocked && steal_rows()) return gemm_stealing(P, num_threads());

@@ -20,6 +20,10 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
 // takes the rest of a slower one's (see gemm.cpp); a statistic for tests and profiles.
 std::uint64_t gemm_stolen_blocks();
 
+// Products whose depth slices ran side by side on several threads, since the process started
+// (a weight gradient's x^T @ dy: see gemm.cpp); a statistic for tests.
+std::uint64_t gemm_split_depth_calls();
+
 // The depth of one pass of the sum: C accumulates the terms k in [0, 256), then adds those
 // in [256, 512), and so on (each pass in order). A caller that splits a sum over several
 // calls at multiples of it (beta = 1 after the first) gets the same bits as one call.

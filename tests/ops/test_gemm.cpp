@@ -241,3 +241,44 @@ TEST_CASE("gemm's row blocks give the same bits whoever runs them, when threads 
     check({false, true, c.M, c.N, c.K, 0.75f, 0.5f});  // and the values are the product's
   }
 }
+
+TEST_CASE("a weight gradient's depth slices run side by side with the bits of one thread") {
+  // x^T @ dy with 2 to 4 depth slices (K past 256): on several threads the slices go to the
+  // threads, each later one into a buffer, then C adds them in order. Every value must be
+  // the one thread's (which adds slice after slice onto C), with alpha, beta, padded rows,
+  // a short last slice and any split of the work between the threads.
+  struct Case {
+    i64 M, N, K, pad;
+  };
+  const int saved = gg::num_threads();
+  for (const Case& c : {Case{128, 512, 768, 0}, Case{100, 70, 300, 3}, Case{37, 250, 1024, 5}, Case{512, 128, 700, 0}}) {
+    INFO("M " << c.M << " N " << c.N << " K " << c.K << " pad " << c.pad);
+    const i64 lda = c.M + c.pad, ldb = c.N + c.pad, ldc = c.N + c.pad;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> A(std::size_t(c.K * lda)), B(std::size_t(c.K * ldb)), C0(std::size_t(c.M * ldc));
+    for (auto& x : A) x = u(rng);
+    for (auto& x : B) x = u(rng);
+    for (auto& x : C0) x = u(rng);
+    for (float beta : {0.f, 0.5f}) {
+      gg::set_num_threads(1);
+      std::vector<float> want = C0;
+      gg::gemm(true, false, c.M, c.N, c.K, 0.75f, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+      const std::uint64_t before = gg::gemm_split_depth_calls();
+      int mismatched_calls = 0;
+      for (int rep = 0; rep < 9; ++rep) {
+        gg::set_num_threads(2 + rep % 2);
+        gg::set_thread_shares(rep % 3 == 0 ? std::vector<double>{} : std::vector<double>(std::size_t(2 + rep % 2), 1.0 + rep % 3));
+        if (rep % 3 == 1 && rep % 2 == 0) gg::set_thread_shares({1, 3});
+        std::vector<float> C = C0;
+        gg::gemm(true, false, c.M, c.N, c.K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+        if (C != want) ++mismatched_calls;
+      }
+      gg::set_thread_shares({});
+      CHECK(mismatched_calls == 0);
+      CHECK(gg::gemm_split_depth_calls() >= before + 9);  // the slices did run side by side
+    }
+    with_threads([&] { check({true, false, c.M, c.N, c.K, 0.75f, 0.5f, c.pad}); });  // and the values are the product's
+  }
+  gg::set_num_threads(saved);
+}
