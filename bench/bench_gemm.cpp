@@ -100,6 +100,8 @@ int main(int argc, char** argv) {
       {"x(768,128)^T @ dy(768,512)", true, false, 128, 512, 768},
       {"x(768,512)^T @ dy(768,128)", true, false, 512, 128, 768},
       {"x(768,128)^T @ dq(768,128)", true, false, 128, 128, 768},
+      {"x(768,128) @ wq(128,128)^T", false, true, 768, 128, 128},
+      {"dq(768,128) @ wq(128,128)", false, false, 768, 128, 128},
       {"medium x @ fc1^T", false, true, 2048, 1536, 384},
       {"medium h @ fc2^T", false, true, 2048, 384, 1536},
       {"medium dy @ fc2", false, false, 2048, 1536, 384},
