@@ -527,20 +527,15 @@ void gemm_small(const Problem& P) {
   }
 }
 
-// ---- depth slices side by side ----------------------------------------------------------
+// ---- a weight gradient's sum in two halves -------------------------------------------------
 // A weight gradient x^T @ dy is a short, wide sum over many rows (the small GPT's: (128, 512)
 // over 768 rows). Split by rows or columns of C, each thread packs and reads every row of x and
 // dy, half of them from the other core's cache (the op before split those rows between the
-// cores), and packs the same panels the other thread packs. Here the depth slices of the sum
-// (gemm_depth_block terms each) go to the threads instead: slice 0 is summed into C as the
-// ordinary path would, each later slice s into a buffer of its own (alpha * its terms), and then
-// C += S_1, += S_2, ... in order: exactly the ordinary path's operations on every value of C
-// (it adds slice after slice onto C the same way), so the bits do not change and do not depend
-// on the threads. Work goes out as (slice, 12-row sliver) pairs, slice by slice, so a thread
-// packs the B panel of one or two slices and reads mostly the rows it wrote.
-// Used for a transposed A, not B, 2 to 4 slices deep, when the buffers stay small.
-constexpr i64 SPLIT_MAX_SLICES = 4;
-constexpr i64 SPLIT_MAX_BUFFER = i64(1) << 20;  // floats of the later slices' buffers: 4 MB
+// cores), and packs panels the other thread packs too. Summed in two halves of the rows
+// instead, C = (beta C + alpha * terms [0, K0)) + alpha * terms [K0, K), each thread takes a
+// half: the rows it likely wrote, packed once. Which products and where K0 falls depend on
+// the shape alone (gemm_depth_split), so the bits do not depend on the threads.
+constexpr i64 HALVES_MAX_RESULT = i64(1) << 20;  // values of C, and of the second half's buffer
 bool split_depth_on() {
   static const bool on = [] {
     const char* e = std::getenv("GG_SPLIT_DEPTH");
@@ -548,47 +543,61 @@ bool split_depth_on() {
   }();
   return on;
 }
-bool split_depth(const Problem& P) {
-  const i64 slices = (P.K + KC - 1) / KC;
-  return P.ta && !P.tb && slices >= 2 && slices <= SPLIT_MAX_SLICES && (slices - 1) * P.M * P.N <= SPLIT_MAX_BUFFER &&
-         num_threads() > 1 && !in_parallel_worker() && split_depth_on();
-}
-thread_local Buffer split_buf;
+thread_local Buffer half_buf;
 std::atomic<std::uint64_t> split_depth_calls{0};
 
-void gemm_split_depth(const Problem& P) {
+// The path the ordinary product takes for a problem (the halves take it for each half).
+void (*stripe_for(const Problem& P))(const Problem&, i64, i64, i64, i64);
+
+void gemm_halves(const Problem& P, i64 K0) {
   split_depth_calls.fetch_add(1, std::memory_order_relaxed);
-  const i64 slices = (P.K + KC - 1) / KC, MN = P.M * P.N;
-  float* later = split_buf.get(std::size_t((slices - 1) * MN));  // S_s at later + (s - 1) * MN, (M, N)
-  const i64 rows = (P.M + MR - 1) / MR;                           // slivers of MR rows a slice
-  parallel_for(slices * rows, 1, [&](i64 b, i64 e) {
-    while (b < e) {  // the part of [b, e) in one slice: its rows [i0, i1)
-      const i64 s = b / rows, last = std::min(e, (s + 1) * rows);
-      const i64 i0 = (b - s * rows) * MR, i1 = std::min(P.M, (last - s * rows) * MR);
-      Problem Q = P;
-      Q.K = std::min(KC, P.K - s * KC);
-      Q.A = P.A + s * KC * P.lda;  // A is (K, M): the slice's rows
-      Q.B = P.B + s * KC * P.ldb;  // B is (K, N)
-      if (s > 0) Q.beta = 0.f, Q.C = later + (s - 1) * MN, Q.ldc = P.N;
-      gemm_blocked(Q, i0, i1, 0, P.N);
+  float* second = half_buf.get(std::size_t(P.M * P.N));  // alpha * terms [K0, K): (M, N)
+  Problem H[2] = {P, P};
+  H[0].K = K0;
+  H[1].K = P.K - K0;
+  H[1].A = P.A + K0 * P.lda;  // A is (K, M)
+  H[1].B = P.B + K0 * P.ldb;  // B is (K, N)
+  H[1].beta = 0.f, H[1].C = second, H[1].ldc = P.N;
+  // Work goes out as (half, 12-row sliver) pairs, half by half: with two threads of equal
+  // speed, one half each.
+  const i64 rows = (P.M + MR - 1) / MR;
+  parallel_for(2 * rows, 1, [&](i64 b, i64 e) {
+    while (b < e) {  // the part of [b, e) in one half: its rows [i0, i1)
+      const i64 h = b / rows, last = std::min(e, (h + 1) * rows);
+      const i64 i0 = (b - h * rows) * MR, i1 = std::min(P.M, (last - h * rows) * MR);
+      stripe_for(H[h])(H[h], i0, i1, 0, P.N);
       b = last;
     }
   });
   parallel_for(P.M, 8, [&](i64 i0, i64 i1) {
     for (i64 i = i0; i < i1; ++i) {
       float* c = P.C + i * P.ldc;
-      for (i64 s = 1; s < slices; ++s) {  // as the ordinary path's later slices: c = fma(1, c, S_s)
-        const float* t = later + (s - 1) * MN + i * P.N;
-        for (i64 j = 0; j < P.N; ++j) c[j] += t[j];
-      }
+      const float* t = second + i * P.N;
+      for (i64 j = 0; j < P.N; ++j) c[j] += t[j];
     }
   });
+}
+
+// Products up to DIRECT read A (and usually B) in place; larger ones pack panels, which
+// pays for itself once each packed element is reused enough. A transposed A of up to
+// direct_ta_limit() values is read in place at any size where that was measured faster
+// (AMD with AVX-512): its k-major rows are already the packed layout, and re-reading it
+// from L2 costs less than copying it there.
+void (*stripe_for(const Problem& P))(const Problem&, i64, i64, i64, i64) {
+  return P.M * P.N * P.K <= DIRECT || (P.ta && P.M * P.K <= direct_ta_limit()) ? gemm_direct : gemm_blocked;
 }
 
 }  // namespace
 
 std::uint64_t gemm_stolen_blocks() { return stolen_blocks.load(std::memory_order_relaxed); }
 std::uint64_t gemm_split_depth_calls() { return split_depth_calls.load(std::memory_order_relaxed); }
+
+std::int64_t gemm_depth_split(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K) {
+  if (!ta || tb || K < 2 * KC || M <= 0 || N <= 0 || M * N > HALVES_MAX_RESULT || M * N * K <= DIRECT ||
+      !split_depth_on())
+    return 0;
+  return K / 2;
+}
 
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
           const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
@@ -603,18 +612,12 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
   if (M * N * K <= SMALL) return gemm_small(P);
 
 
-  // Products up to DIRECT read A (and usually B) in place; larger ones pack panels, which
-  // pays for itself once each packed element is reused enough. A transposed A of up to
-  // direct_ta_limit() values is read in place at any size where that was measured faster
-  // (AMD with AVX-512): its k-major rows are already the packed layout, and re-reading it
-  // from L2 costs less than copying it there.
-  void (*const stripe)(const Problem&, i64, i64, i64, i64) =
-      M * N * K <= DIRECT || (ta && M * K <= direct_ta_limit()) ? gemm_direct : gemm_blocked;
+  if (const i64 K0 = gemm_depth_split(ta, tb, M, N, K)) return gemm_halves(P, K0);
+  void (*const stripe)(const Problem&, i64, i64, i64, i64) = stripe_for(P);
 
   // Threads take independent stripes of C: rows in MR units, or columns in NR units when
   // there are more column tiles than row tiles. Each thread packs its own panels.
   const double flops = 2.0 * double(M) * double(N) * double(K);
-  if (stripe == gemm_blocked && flops >= PARALLEL_FLOPS && split_depth(P)) return gemm_split_depth(P);
   const i64 row_tiles = (M + MR - 1) / MR, col_tiles = (N + NR - 1) / NR;
   if (flops < PARALLEL_FLOPS || std::max(row_tiles, col_tiles) < 2) return stripe(P, 0, M, 0, N);
   if (row_tiles >= col_tiles && stripe == gemm_blocked && steal_rows()) return gemm_stealing(P, num_threads());

@@ -20,14 +20,23 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
 // takes the rest of a slower one's (see gemm.cpp); a statistic for tests and profiles.
 std::uint64_t gemm_stolen_blocks();
 
-// Products whose depth slices ran side by side on several threads, since the process started
-// (a weight gradient's x^T @ dy: see gemm.cpp); a statistic for tests.
+// Products summed in two halves (gemm_depth_split), since the process started; for tests.
 std::uint64_t gemm_split_depth_calls();
 
 // The depth of one pass of the sum: C accumulates the terms k in [0, 256), then adds those
 // in [256, 512), and so on (each pass in order). A caller that splits a sum over several
-// calls at multiples of it (beta = 1 after the first) gets the same bits as one call.
+// calls at multiples of it (beta = 1 after the first) gets the same bits as one call,
+// unless the product is summed in two halves (gemm_depth_split).
 inline constexpr std::int64_t gemm_depth_block = 256;
+
+// Where a product's sum splits in two, or 0 when it does not. A weight gradient x^T @ dy
+// (trans_a, not trans_b) of at least two depth blocks and at most 2^20 results is summed as
+// C = (beta * C + alpha * terms [0, K0)) + alpha * terms [K0, K), each half in passes of
+// gemm_depth_block from its own start, the second apart and added last, so that each of two
+// threads reads the half of the rows it likely wrote. It depends on the shape alone (and on
+// GG_SPLIT_DEPTH=0, which turns it off), never on the threads. A caller that splits such a
+// sum over several calls splits at K0 too, as ops/masked.cpp does.
+std::int64_t gemm_depth_split(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K);
 
 // The plain triple loop (double accumulation), the reference the fast GEMM is tested against.
 void gemm_reference(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <unordered_map>
+#include <vector>
 
 #include "ops/gemm.h"
 
@@ -256,19 +257,33 @@ void slice_matmul(const Node& n, const MaskedBlocks* masked, std::span<const Vie
   }
   const MaskedBlocks& blocks = *masked;
   // op(A) rows [i0, i0 + m), op(B) columns [0, cols), terms [k0, k1) into C rows i0.., as the
-  // full product would sum them: split at multiples of the GEMM's depth block.
-  auto product = [&](i64 i0, i64 m, i64 cols, i64 k0, i64 k1) {
+  // full product would sum them: split where its sum splits in two halves (gemm_depth_split),
+  // each half in passes of the GEMM's depth block from its own start, the second half added
+  // last.
+  const i64 K0 = gemm_depth_split(ta, tb, M, N, K);
+  auto passes = [&](i64 i0, i64 m, i64 cols, i64 k0, i64 k1, i64 base, float* c, i64 ldd) {
     const float* a = A + (ta ? i0 : i0 * lda);
-    float* c = Cm + i0 * ldc;
-    if (k0 >= k1) {
-      for (i64 i = 0; i < m; ++i) std::memset(c + i * ldc, 0, std::size_t(cols) * sizeof(float));
-      return;
-    }
     for (i64 k = k0; k < k1;) {
-      const i64 e = std::min(k1, (k / gemm_depth_block + 1) * gemm_depth_block);
+      const i64 e = std::min(k1, base + ((k - base) / gemm_depth_block + 1) * gemm_depth_block);
       gemm(ta, tb, m, cols, e - k, 1.f, a + (ta ? k * lda : k), lda, B + (tb ? k : k * ldb), ldb, k == k0 ? 0.f : 1.f,
-           c, ldc);
+           c, ldd);
       k = e;
+    }
+  };
+  thread_local std::vector<float> second;
+  auto product = [&](i64 i0, i64 m, i64 cols, i64 k0, i64 k1) {
+    float* c = Cm + i0 * ldc;
+    const i64 first_end = std::min(k1, K0 ? K0 : K);
+    if (k0 < first_end) {
+      passes(i0, m, cols, k0, first_end, 0, c, ldc);
+    } else {
+      for (i64 i = 0; i < m; ++i) std::memset(c + i * ldc, 0, std::size_t(cols) * sizeof(float));
+    }
+    if (const i64 s0 = std::max(k0, K0); K0 && s0 < k1) {  // the second half: apart, then added
+      second.resize(std::size_t(m * cols));
+      passes(i0, m, cols, s0, k1, K0, second.data(), cols);
+      for (i64 i = 0; i < m; ++i)
+        for (i64 j = 0; j < cols; ++j) c[i * ldc + j] += second[std::size_t(i * cols + j)];
     }
   };
   for (std::size_t blk = 0; blk < blocks.limit.size(); ++blk) {

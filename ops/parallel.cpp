@@ -332,8 +332,6 @@ std::vector<double> thread_shares() {
   return shares().get();
 }
 
-bool in_parallel_worker() { return Pool::in_worker; }
-
 void parallel_for(std::int64_t n, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& body) {
   if (n <= 0) return;

@@ -23,9 +23,6 @@ int num_threads();
 // Sets the thread count (>= 1); takes effect for the next parallel_for.
 void set_num_threads(int n);
 
-// True on a thread running a parallel_for's body (where a parallel_for runs serially).
-bool in_parallel_worker();
-
 // Calls body(begin, end) over disjoint contiguous chunks that cover [0, n) in order, one
 // a thread, each at least `grain` long (except the last), possibly in parallel. Returns
 // when all chunks are done. Where the chunks split depends on the threads' shares (below):

@@ -242,17 +242,23 @@ TEST_CASE("gemm's row blocks give the same bits whoever runs them, when threads 
   }
 }
 
-TEST_CASE("a weight gradient's depth slices run side by side with the bits of one thread") {
-  // x^T @ dy with 2 to 4 depth slices (K past 256): on several threads the slices go to the
-  // threads, each later one into a buffer, then C adds them in order. Every value must be
-  // the one thread's (which adds slice after slice onto C), with alpha, beta, padded rows,
-  // a short last slice and any split of the work between the threads.
+TEST_CASE("a weight gradient's sum in two halves: the shape's split, the same bits on any threads") {
+  // x^T @ dy over 512 rows or more is summed in two halves of the rows (gemm_depth_split),
+  // whichever threads run them: C = (beta C + alpha * first half) + alpha * second half, each
+  // half in passes of gemm_depth_block from its own start. Built by hand from calls of one
+  // pass each (as ops/masked.cpp does), that must give the same bits; and every thread count
+  // and split of the work between the threads must give them too, with alpha, beta, padded
+  // rows and short last passes.
   struct Case {
     i64 M, N, K, pad;
   };
   const int saved = gg::num_threads();
-  for (const Case& c : {Case{128, 512, 768, 0}, Case{100, 70, 300, 3}, Case{37, 250, 1024, 5}, Case{512, 128, 700, 0}}) {
+  for (const Case& c : {Case{128, 512, 768, 0}, Case{100, 70, 600, 3}, Case{37, 250, 1000, 5}, Case{512, 128, 700, 0}}) {
     INFO("M " << c.M << " N " << c.N << " K " << c.K << " pad " << c.pad);
+    const i64 K0 = gg::gemm_depth_split(true, false, c.M, c.N, c.K);
+    REQUIRE(K0 > 0);
+    CHECK(gg::gemm_depth_split(false, false, c.M, c.N, c.K) == 0);  // only x^T @ dy
+    CHECK(gg::gemm_depth_split(true, false, c.M, c.N, 500) == 0);    // of two depth blocks or more
     const i64 lda = c.M + c.pad, ldb = c.N + c.pad, ldc = c.N + c.pad;
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -260,25 +266,36 @@ TEST_CASE("a weight gradient's depth slices run side by side with the bits of on
     for (auto& x : A) x = u(rng);
     for (auto& x : B) x = u(rng);
     for (auto& x : C0) x = u(rng);
+    // Terms [k0, k1) in passes of one depth block from k0, onto C (beta for the first pass).
+    auto passes = [&](i64 k0, i64 k1, float beta, float* C, i64 ld) {
+      for (i64 k = k0; k < k1; k += gg::gemm_depth_block) {
+        const i64 kc = std::min(gg::gemm_depth_block, k1 - k);
+        gg::gemm(true, false, c.M, c.N, kc, 0.75f, A.data() + k * lda, lda, B.data() + k * ldb, ldb, k == k0 ? beta : 1.f,
+                 C, ld);
+      }
+    };
     for (float beta : {0.f, 0.5f}) {
-      gg::set_num_threads(1);
-      std::vector<float> want = C0;
-      gg::gemm(true, false, c.M, c.N, c.K, 0.75f, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+      std::vector<float> want = C0, second(std::size_t(c.M * c.N));
+      passes(0, K0, beta, want.data(), ldc);
+      passes(K0, c.K, 0.f, second.data(), c.N);
+      for (i64 i = 0; i < c.M; ++i)
+        for (i64 j = 0; j < c.N; ++j) want[std::size_t(i * ldc + j)] += second[std::size_t(i * c.N + j)];
       const std::uint64_t before = gg::gemm_split_depth_calls();
       int mismatched_calls = 0;
       for (int rep = 0; rep < 9; ++rep) {
-        gg::set_num_threads(2 + rep % 2);
-        gg::set_thread_shares(rep % 3 == 0 ? std::vector<double>{} : std::vector<double>(std::size_t(2 + rep % 2), 1.0 + rep % 3));
-        if (rep % 3 == 1 && rep % 2 == 0) gg::set_thread_shares({1, 3});
+        gg::set_num_threads(1 + rep % 3);
+        gg::set_thread_shares({});
+        if (rep == 4) gg::set_thread_shares({1, 3});
+        if (rep == 5) gg::set_thread_shares({3, 1, 1});
         std::vector<float> C = C0;
         gg::gemm(true, false, c.M, c.N, c.K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
         if (C != want) ++mismatched_calls;
       }
       gg::set_thread_shares({});
       CHECK(mismatched_calls == 0);
-      CHECK(gg::gemm_split_depth_calls() >= before + 9);  // the slices did run side by side
+      CHECK(gg::gemm_split_depth_calls() == before + 9);  // split on 1 thread too
     }
-    with_threads([&] { check({true, false, c.M, c.N, c.K, 0.75f, 0.5f, c.pad}); });  // and the values are the product's
+    with_threads([&] { check({true, false, c.M, c.N, c.K, 0.75f, 0.5f, c.pad}); });  // the values are the product's
   }
   gg::set_num_threads(saved);
 }
