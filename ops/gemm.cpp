@@ -1,7 +1,8 @@
 // GEMM: a packed, register-blocked SGEMM in the BLIS/GotoBLAS style. Panels of op(A) and
 // op(B) are packed into contiguous per-thread buffers (transposes are absorbed here), and
 // an MR x NR microkernel keeps its tile of C in SIMD registers. Threads split C into
-// independent row or column stripes. Small products skip packing (see DIRECT, SMALL).
+// independent row or column stripes, or a weight gradient's sum into two halves (see
+// gemm_halves). Small products skip packing (see DIRECT, SMALL).
 // Not a general BLAS: row-major float only.
 #include "ops/gemm.h"
 
@@ -527,6 +528,18 @@ void gemm_small(const Problem& P) {
   }
 }
 
+// C[i0:i1, j0:j1] of a problem, on one thread: gemm_direct or gemm_blocked.
+using stripe_fn = void (*)(const Problem&, i64, i64, i64, i64);
+
+// Products up to DIRECT read A (and usually B) in place; larger ones pack panels, which
+// pays for itself once each packed element is reused enough. A transposed A of up to
+// direct_ta_limit() values is read in place at any size where that was measured faster
+// (AMD with AVX-512): its k-major rows are already the packed layout, and re-reading it
+// from L2 costs less than copying it there.
+stripe_fn stripe_for(const Problem& P) {
+  return P.M * P.N * P.K <= DIRECT || (P.ta && P.M * P.K <= direct_ta_limit()) ? gemm_direct : gemm_blocked;
+}
+
 // ---- a weight gradient's sum in two halves -------------------------------------------------
 // A weight gradient x^T @ dy is a short, wide sum over many rows (the small GPT's: (128, 512)
 // over 768 rows). Split by rows or columns of C, each thread packs and reads every row of x and
@@ -545,9 +558,6 @@ bool split_depth_on() {
 }
 thread_local Buffer half_buf;
 std::atomic<std::uint64_t> split_depth_calls{0};
-
-// The path the ordinary product takes for a problem (the halves take it for each half).
-void (*stripe_for(const Problem& P))(const Problem&, i64, i64, i64, i64);
 
 void gemm_halves(const Problem& P, i64 K0) {
   split_depth_calls.fetch_add(1, std::memory_order_relaxed);
@@ -578,15 +588,6 @@ void gemm_halves(const Problem& P, i64 K0) {
   });
 }
 
-// Products up to DIRECT read A (and usually B) in place; larger ones pack panels, which
-// pays for itself once each packed element is reused enough. A transposed A of up to
-// direct_ta_limit() values is read in place at any size where that was measured faster
-// (AMD with AVX-512): its k-major rows are already the packed layout, and re-reading it
-// from L2 costs less than copying it there.
-void (*stripe_for(const Problem& P))(const Problem&, i64, i64, i64, i64) {
-  return P.M * P.N * P.K <= DIRECT || (P.ta && P.M * P.K <= direct_ta_limit()) ? gemm_direct : gemm_blocked;
-}
-
 }  // namespace
 
 std::uint64_t gemm_stolen_blocks() { return stolen_blocks.load(std::memory_order_relaxed); }
@@ -610,10 +611,8 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
     return;
   }
   if (M * N * K <= SMALL) return gemm_small(P);
-
-
   if (const i64 K0 = gemm_depth_split(ta, tb, M, N, K)) return gemm_halves(P, K0);
-  void (*const stripe)(const Problem&, i64, i64, i64, i64) = stripe_for(P);
+  const stripe_fn stripe = stripe_for(P);
 
   // Threads take independent stripes of C: rows in MR units, or columns in NR units when
   // there are more column tiles than row tiles. Each thread packs its own panels.
@@ -623,7 +622,7 @@ void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, floa
   if (row_tiles >= col_tiles && stripe == gemm_blocked && steal_rows()) return gemm_stealing(P, num_threads());
   struct Job {
     const Problem* p;
-    void (*stripe)(const Problem&, i64, i64, i64, i64);
+    stripe_fn stripe;
   } job{&P, stripe};
   if (row_tiles >= col_tiles) {
     parallel_for(row_tiles, 1, [job](i64 t0, i64 t1) {
