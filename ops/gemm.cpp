@@ -172,11 +172,13 @@ i64 direct_ta_limit() {
   return 0;
 #endif
 }
+// A switch that is on unless the environment sets it to 0 (GG_STEAL=0, GG_SPLIT_DEPTH=0).
+bool switch_on(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && e[0] == '0');
+}
 bool steal_rows() {
-  static const bool on = [] {
-    const char* e = std::getenv("GG_STEAL");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = switch_on("GG_STEAL");
   return on;
 }
 constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
@@ -550,10 +552,7 @@ stripe_fn stripe_for(const Problem& P) {
 // the shape alone (gemm_depth_split), so the bits do not depend on the threads.
 constexpr i64 HALVES_MAX_RESULT = i64(1) << 20;  // values of C, and of the second half's buffer
 bool split_depth_on() {
-  static const bool on = [] {
-    const char* e = std::getenv("GG_SPLIT_DEPTH");
-    return !(e && e[0] == '0');
-  }();
+  static const bool on = switch_on("GG_SPLIT_DEPTH");
   return on;
 }
 thread_local Buffer half_buf;
