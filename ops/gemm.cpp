@@ -181,8 +181,8 @@ bool steal_rows() {
   static const bool on = switch_on("GG_STEAL");
   return on;
 }
-constexpr double PARALLEL_FLOPS = 3e6;
-constexpr i64 TA_PREFETCH_ROWS = 8;  // how far ahead pack_a asks for a transposed A's rows  // below this a second thread costs more than it saves
+constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
+constexpr i64 TA_PREFETCH_ROWS = 8;     // how far ahead pack_a asks for a transposed A's rows
 
 // ---- per-thread packing buffers (grown on demand, never freed per call) ------------------
 struct free_deleter {
@@ -243,8 +243,13 @@ void pack_a(const Problem& P, i64 i0, i64 mc, i64 p0, i64 kc, float* Ap) {
         const __mmask16 m = __mmask16((1u << mr) - 1u);  // mr <= MR = 12 floats a row
         _mm512_mask_storeu_ps(dst, m, _mm512_maskz_loadu_ps(m, src + s));
 #elif defined(GG_PACK_TRANSPOSE)
-        const __m256i m = lanes(int(std::min<i64>(mr, 8)));  // mr <= MR = 6 floats a row
-        _mm256_maskstore_ps(dst, m, _mm256_maskload_ps(src + s, m));
+        // mr <= MR = 6 floats a row, read masked (past them may lie past A). A whole store
+        // spills onto row k + 1 of the same sliver, which is written later: all but the last.
+        const __m256i m = lanes(int(mr));
+        if (k + 1 < kc)
+          _mm256_storeu_ps(dst, _mm256_maskload_ps(src + s, m));
+        else
+          _mm256_maskstore_ps(dst, m, _mm256_maskload_ps(src + s, m));
 #else
         for (i64 i = 0; i < mr; ++i) dst[i] = src[s + i];
 #endif
