@@ -103,6 +103,13 @@ std::size_t Executor::masked_products() const {
   return k;
 }
 
+std::size_t Executor::masked_groups() const {
+  std::size_t k = 0;
+  for (const SliceChain& c : chains_)
+    for (const SliceStep& ss : c.steps) k += ss.rows != nullptr;
+  return k;
+}
+
 namespace {
 bool starts_with(const Shape& s, const Shape& lead) {
   return s.size() > lead.size() && std::equal(lead.begin(), lead.end(), s.begin());
@@ -390,7 +397,11 @@ void Executor::bind_slices() {
   chain_at_.assign(steps_.size(), -1);
   if (chains_.empty()) return;
   std::vector<MaskedProduct> masked;  // per node of g_: how a product may skip a mask's zeros
-  if (masked_) masked = find_masked_products(g_, order_, read_after_steps());
+  std::vector<std::shared_ptr<const RowLimits>> rows;  // per group: the rows' parts a mask leaves to compute
+  if (masked_) {
+    masked = find_masked_products(g_, order_, read_after_steps());
+    rows = find_masked_rows(g_, order_, read_after_steps(), fusion_);
+  }
   std::vector<int> step_at(order_.size(), -1);  // position in order_ -> step index
   for (std::size_t t = 0; t < steps_.size(); ++t) step_at[std::size_t(step_of_[std::size_t(steps_[t].id)])] = int(t);
   for (std::size_t ci = 0; ci < chains_.size(); ++ci) {
@@ -404,6 +415,7 @@ void Executor::bind_slices() {
       SliceStep ss;
       if (st.group >= 0) {
         ss.extent = fused_extent(fusion_.groups[std::size_t(st.group)], st.out) / c.slices;
+        if (!rows.empty()) ss.rows = rows[std::size_t(st.group)];
       } else {
         auto sliced = [&](Shape s) {  // the L dims (as aligned to the output) set to 1
           const std::size_t r = n.shape.size();
@@ -487,7 +499,7 @@ void Executor::run_chain(const SliceChain& c) {
         if (st.group >= 0) {
           const FusedGroup& grp = fusion_.groups[std::size_t(st.group)];
           if (!ss.any_local) {
-            run_fused(grp, st.in, st.out, st.stored, i * ss.extent, (i + 1) * ss.extent);
+            run_fused(grp, st.in, st.out, st.stored, i * ss.extent, (i + 1) * ss.extent, ss.rows.get());
             continue;
           }
           // A local value's slice i sits at its scratch offset: the group, which indexes
@@ -502,7 +514,8 @@ void Executor::run_chain(const SliceChain& c) {
           for (std::size_t j = 0; j < gin.size(); ++j) gin[j] = local(gin[j], grp.inputs[j], ss.in_local[j]);
           gstored.assign(st.stored.begin(), st.stored.end());
           for (std::size_t j = 0; j < gstored.size(); ++j) gstored[j] = local(gstored[j], grp.stored[j], ss.stored_local[j]);
-          run_fused(grp, gin, local(st.out, st.id, ss.out_local), gstored, i * ss.extent, (i + 1) * ss.extent);
+          run_fused(grp, gin, local(st.out, st.id, ss.out_local), gstored, i * ss.extent, (i + 1) * ss.extent,
+                    ss.rows.get());
           continue;
         }
         ins.clear();
@@ -1034,6 +1047,7 @@ std::string Executor::profile_steps_report(int top) const {
         if (cs.group < 0 && cn.op == OpKind::matmul) inside += fmt::format(" {}", transposes(cn));
         if (const auto& mb = c.steps[t - c.first].masked)
           inside += fmt::format(" masked {:.0f}%", 100.0 * mb->fraction);
+        if (const auto& rl = c.steps[t - c.first].rows) inside += fmt::format(" rows {:.0f}%", 100.0 * rl->fraction);
       }
       what = fmt::format("sliced chain of {} steps over {} slices [{}], from {}", c.last - c.first + 1, c.slices, inside, what);
     }

@@ -87,6 +87,8 @@ class Executor {
   std::size_t chain_local_values() const;
   // How many of the chains' matrix products skip a mask's zeros (ExecutorOptions::masked).
   std::size_t masked_products() const;
+  // How many of the chains' fused groups compute only the parts of their rows a mask keeps.
+  std::size_t masked_groups() const;
   // How many permutes the chains' products read or write in place (ExecutorOptions::in_place).
   std::size_t in_place_permutes() const;
   // Steps of the flat loop (a fused group is one).
@@ -156,6 +158,7 @@ class Executor {
     std::int64_t out_elems = 0;                        // values of the output per slice
     std::int64_t extent = 0;                           // a group's rows (or flat values) per slice
     std::shared_ptr<const MaskedBlocks> masked;        // a matmul that skips a mask's zeros, or null
+    std::shared_ptr<const RowLimits> rows;             // a group that skips a mask's zeros, or null
     // Values only this slice's pass reads live in a per-thread scratch block (local_off_):
     // per read, the output and (groups) the stored members, the byte offset there or -1.
     std::vector<std::int64_t> in_local, stored_local;

@@ -514,14 +514,14 @@ std::int64_t fused_extent(const FusedGroup& group, const View& out) {
 }
 
 void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
-               std::int64_t begin, std::int64_t end) {
+               std::int64_t begin, std::int64_t end, const RowLimits* limits) {
   GG_CHECK(group.program.size() <= std::size_t(max_fused_members) && in.size() == group.inputs.size());
   GG_CHECK(stored.size() == group.stored.size());
   const std::int64_t extent = fused_extent(group, out);
   if (end < 0) end = extent;
   GG_CHECK(0 <= begin && begin <= end && end <= extent && begin % std::int64_t(simd::width) == 0);
   if (begin == end) return;
-  if (group.compiled >= 0) return run_compiled(group, in, out, stored, begin, end);
+  if (group.compiled >= 0) return run_compiled(group, in, out, stored, begin, end, group.flat ? nullptr : limits);
   run_fused_interpreted(group, in, out, stored, begin, end);
 }
 

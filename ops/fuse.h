@@ -82,13 +82,27 @@ inline constexpr std::int64_t max_fused_row = 8192;
 // not be stored: nodes in `kept` are never interior to a group.
 Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept);
 
+// What a row group's rows hold past a point, where a mask makes it known
+// (ops/masked.h's find_masked_rows): row r computes only its first len[r % len.size()]
+// values (a multiple of simd::width), its row sums and maxima read only those, and its
+// stored members and root take fill[j] after them (j: the stored members in group.stored
+// order, then the root). The values are the full row's wherever that is finite (but for
+// the sign of an exact zero that the fill stands for).
+struct RowLimits {
+  std::vector<std::int64_t> len;
+  std::vector<float> fill;
+  double fraction = 1;  // of the row values computed
+};
+
 // Runs a group: out = the root's value, stored: the stored members' values (in
 // group.stored order); in: the group's inputs, in group.inputs order. Only the part
 // [begin, end) of the group's extent (its rows, or its values for a flat group; end -1:
 // to the end) when given: the executor runs a batch slice of a group at a time that way
-// (begin must be a multiple of simd::width, which keeps every SIMD/scalar split).
+// (begin must be a multiple of simd::width, which keeps every SIMD/scalar split). With
+// limits, a compiled row group computes only the rows' known-free parts (interpreted ones
+// run whole rows: the same values).
 void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored = {},
-               std::int64_t begin = 0, std::int64_t end = -1);
+               std::int64_t begin = 0, std::int64_t end = -1, const RowLimits* limits = nullptr);
 
 // The group's extent: its rows (prod(lead)), or its values for a flat group.
 std::int64_t fused_extent(const FusedGroup& group, const View& out);

@@ -51,7 +51,7 @@ constexpr Program<N, L - 1> program(bool flat, const char (&forms)[L], std::arra
 }
 
 using Kernel = void (*)(const FusedGroup&, std::span<const View>, View, std::span<const View>, std::int64_t,
-                        std::int64_t);
+                        std::int64_t, const RowLimits*);
 
 struct Entry {
   bool flat;
@@ -126,6 +126,7 @@ struct Row {
   float* scal;        // the row's reduced members' values
   std::int64_t r, n;
   std::int64_t prow = 0;  // where a P input's row starts: (r % period) * n
+  std::int64_t len = 0;   // values of the row computed (RowLimits), n without limits
 };
 
 template <auto P, std::size_t K>
@@ -208,7 +209,10 @@ inline void reduced_member(const Row& x) {
       static_assert(!P.ins[std::size_t(I.a)].reduced(), "a row reduction reads a full row");
       src = row_of<P, std::size_t(I.a)>(x);
     }
-    r = I.op == OpKind::sum ? simd::sum(std::size_t(x.n), src) : simd::max_of(std::size_t(x.n), src);
+    // With row limits the values past len are zeros (a sum's) or -inf (a maximum's).
+    if (I.op == OpKind::max) r = simd::max_of(std::size_t(x.len), src);
+    else if (x.len == x.n) r = simd::sum(std::size_t(x.n), src);
+    else r = simd::sum_prefix(std::size_t(x.n), std::size_t(x.len), src);
   } else {
     static_assert(!transcendental(I.op), "a reduced transcendental member runs interpreted");
     r = element<I>([&] { return scalar_operand<P, I.a>(x); },
@@ -245,6 +249,22 @@ inline void run_from(const Row& x, std::int64_t col0, std::int64_t col1) {
   }
 }
 
+// Row limits: a stored member's (or the root's) values past the row's len take their fill.
+template <auto P, std::size_t K>
+inline void fill_member(const Row& x, const float* fill, int& j) {
+  constexpr Instr I = P.ins[K];
+  if constexpr (I.stored() || K + 1 == P.ins.size()) {
+    const float v = fill[j++];
+    if constexpr (!I.reduced()) std::fill(row_of<P, K>(x) + x.len, row_of<P, K>(x) + x.n, v);
+  }
+}
+template <auto P>
+inline void fill_rest(const Row& x, const float* fill) {
+  int j = 0;
+  [&]<std::size_t... K>(std::index_sequence<K...>) { (fill_member<P, K>(x, fill, j), ...); }(
+      std::make_index_sequence<P.ins.size()>{});
+}
+
 template <auto P>
 constexpr bool has_periodic() {
   for (char f : P.forms)
@@ -254,7 +274,7 @@ constexpr bool has_periodic() {
 
 template <auto P>
 void run_program(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
-                 std::int64_t begin, std::int64_t end) {
+                 std::int64_t begin, std::int64_t end, const RowLimits* limits) {
   constexpr std::size_t N = P.ins.size(), NI = P.forms.size();
   std::array<const float*, NI> ip{};
   for (std::size_t j = 0; j < NI; ++j) ip[j] = in[j].f();
@@ -279,10 +299,15 @@ void run_program(const FusedGroup& group, std::span<const View> in, View out, st
       const std::size_t need = N * std::size_t(n) + N;
       if (scratch.size() < need) scratch.resize(need);
       Row x{ip.data(), op.data(), scratch.data(), scratch.data() + N * std::size_t(n), 0, n};
+      x.len = n;
+      const std::int64_t* lens = limits ? limits->len.data() : nullptr;
+      const std::int64_t lperiod = limits ? std::int64_t(limits->len.size()) : 1;
       for (std::int64_t r = begin + b; r < begin + e; ++r) {
         x.r = r;
         if constexpr (has_periodic<P>()) x.prow = r % period * n;
-        run_from<P, 0>(x, 0, n);
+        if (lens) x.len = lens[r % lperiod];
+        run_from<P, 0>(x, 0, x.len);
+        if (x.len < n) fill_rest<P>(x, limits->fill.data());
       }
     });
   }
@@ -361,8 +386,9 @@ int find_compiled(const FusedGroup& group, const std::string& forms) {
 }
 
 void run_compiled(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
-                  std::int64_t begin, std::int64_t end) {
-  entries()[std::size_t(group.compiled)].run(group, in, out, stored, begin, end);
+                  std::int64_t begin, std::int64_t end, const RowLimits* limits) {
+  if (limits) GG_CHECK(!group.flat && !limits->len.empty() && limits->fill.size() == group.stored.size() + 1);
+  entries()[std::size_t(group.compiled)].run(group, in, out, stored, begin, end, limits);
 }
 
 std::string compiled_entry(const FusedGroup& group, const std::string& forms) {

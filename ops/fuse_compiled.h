@@ -49,7 +49,7 @@ int find_compiled(const FusedGroup& group, const std::string& forms);
 
 // Runs a group with its compiled kernel (group.compiled >= 0), as run_fused would.
 void run_compiled(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
-                  std::int64_t begin, std::int64_t end);
+                  std::int64_t begin, std::int64_t end, const RowLimits* limits = nullptr);
 
 // The table line that would compile this group ("" when it is not element-wise only).
 std::string compiled_entry(const FusedGroup& group, const std::string& forms);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops/gemm.h"
+#include "ops/simd.h"
 
 namespace gg {
 namespace {
@@ -75,6 +76,50 @@ class Analysis {
     for (NodeId id : order)
       for (NodeId in : g.node(id).inputs) readers_[std::size_t(in)].push_back(id);
     for (NodeId id : order) facts_[std::size_t(id)] = infer(id);
+  }
+
+  // Row limits for group grp (see find_masked_rows), or null.
+  std::shared_ptr<const RowLimits> rows(const FusedGroup& grp) {
+    if (grp.flat || grp.compiled < 0 || grp.lead.empty() || grp.members.empty()) return nullptr;
+    const Fact root = facts_[std::size_t(grp.root)];
+    if (root.kind == Fact::unknown) return nullptr;
+    const NodeId m = root.mask;
+    const Shape& ms = g_.node(m).shape;
+    const i64 R = ms[ms.size() - 2], C = ms.back();
+    if (grp.n != C || grp.lead.back() != R) return nullptr;
+    auto node_of = [&](int operand) { return operand >= 0 ? grp.members[std::size_t(operand)] : grp.inputs[std::size_t(-operand - 1)]; };
+    auto is = [&](NodeId id, Fact::Kind k) { return facts_[std::size_t(id)].kind == k && facts_[std::size_t(id)].mask == m; };
+    auto fill = [&](NodeId id, float& v) {
+      if (is(id, Fact::zero)) v = 0.f;
+      else if (is(id, Fact::ninf)) v = -std::numeric_limits<float>::infinity();
+      else return false;
+      return true;
+    };
+    auto limits = std::make_shared<RowLimits>();
+    for (const FusedInstr& f : grp.program) {  // row sums read zeros past ext[r], maxima -inf
+      if (f.reduced && f.op == OpKind::sum && !is(node_of(f.a), Fact::zero)) return nullptr;
+      if (f.reduced && f.op == OpKind::max && !is(node_of(f.a), Fact::ninf)) return nullptr;
+    }
+    for (NodeId id : grp.stored) {  // what a stored member holds past ext[r]
+      const std::size_t k = std::size_t(std::find(grp.members.begin(), grp.members.end(), id) - grp.members.begin());
+      float v = 0;
+      if (k >= grp.program.size() || (!grp.program[k].reduced && !fill(id, v))) return nullptr;
+      limits->fill.push_back(v);  // a row value (reduced) needs none
+    }
+    float rv = 0;
+    if (!fill(grp.root, rv)) return nullptr;
+    limits->fill.push_back(rv);
+    const std::vector<i64> ext = row_extents(g_, m);
+    if (ext.empty()) return nullptr;
+    const i64 W = i64(simd::width);
+    i64 done = 0;
+    for (i64 e : ext) {
+      limits->len.push_back(std::min(C, (e + W - 1) / W * W));
+      done += limits->len.back();
+    }
+    limits->fraction = double(done) / double(R * C);
+    if (done == R * C) return nullptr;
+    return limits;
   }
 
   std::vector<MaskedProduct> products(std::span<const NodeId> order) {
@@ -201,6 +246,14 @@ std::vector<MaskedProduct> find_masked_products(const Graph& g, std::span<const 
                                                 std::span<const NodeId> kept) {
   Analysis a(g, order, kept);
   return a.products(order);
+}
+
+std::vector<std::shared_ptr<const RowLimits>> find_masked_rows(const Graph& g, std::span<const NodeId> order,
+                                                               std::span<const NodeId> kept, const Fusion& fusion) {
+  Analysis a(g, order, kept);
+  std::vector<std::shared_ptr<const RowLimits>> out;
+  for (const FusedGroup& grp : fusion.groups) out.push_back(a.rows(grp));
+  return out;
 }
 
 MaskedBlocks masked_blocks(const Graph& g, const Node& n, MaskedProduct p) {

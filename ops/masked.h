@@ -18,6 +18,9 @@
 //   - skip_k: sum only the terms where op(A) can be nonzero, when A is exactly 0 where M is
 //     0: op(A) = A: row r sums terms [0, ext[r]); op(A) = A^T: row c sums terms
 //     [first[c], R), first[c] the first row r with ext[r] > c.
+// The fused groups between them (softmax, its gradient) likewise compute a row only up to
+// ext[r] when what they store there and what their row sums and maxima read there is
+// known, 0 or -inf (find_masked_rows).
 // What changes: nothing where the full computation is finite. A term left out is
 // 0 * x, which adds nothing when x is finite (the sign of an exact 0 sum aside); when a
 // masked-out x is Inf or NaN, the full product is NaN there and the masked one is not
@@ -26,9 +29,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
+#include "fuse.h"
 #include "graph.h"
 #include "op_rule.h"
 
@@ -44,6 +49,15 @@ struct MaskedProduct {
 // a value check, whose every value must be computed.
 std::vector<MaskedProduct> find_masked_products(const Graph& g, std::span<const NodeId> order,
                                                 std::span<const NodeId> kept);
+
+// Per fused group of `fusion` (by index): row limits (ops/fuse.h) for a compiled row group
+// whose rows are the mask's rows (its row length C, its last lead dim R) when every row sum
+// inside reads values that are exactly 0 where M is 0, every row maximum values that are
+// -inf there, and every value it stores is one or the other there: each row then computes
+// only its values up to ext[r] (rounded up to whole registers), the softmax of causal
+// attention about half of them. Null for the other groups.
+std::vector<std::shared_ptr<const RowLimits>> find_masked_rows(const Graph& g, std::span<const NodeId> order,
+                                                               std::span<const NodeId> kept, const Fusion& fusion);
 
 // A product's row blocks: rows [b * rows, (b + 1) * rows) of the (2-D) output use
 // limit[b]: skip_out: its columns [0, limit[b]); skip_k with A: terms [0, limit[b]); with

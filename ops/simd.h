@@ -258,6 +258,30 @@ inline float sum(std::size_t n, const float* a) {
   return acc;
 }
 
+// sum(n, a) when a[len..n) are zeros, without reading them: each value goes to the partial
+// sum that sum(n, a) adds it to, in the same order, and a zero changes none of them, so the
+// bits are sum's. len <= n.
+inline float sum_prefix(std::size_t n, std::size_t len, const float* a) {
+  std::size_t i = 0;
+  float acc = 0.f;
+#ifndef GG_SCALAR
+  vf v[4] = {splat(0.f), splat(0.f), splat(0.f), splat(0.f)};
+  const std::size_t quads = n / (4 * width) * (4 * width);  // where sum's four-register loop ends
+  for (; i + 4 * width <= std::min(len, quads); i += 4 * width)
+    for (std::size_t j = 0; j < 4; ++j) v[j] += load(a + i + j * width);
+  for (; i < quads && i + width <= len; i += width) v[(i / width) % 4] += load(a + i);  // a quad cut short
+  for (; i + width <= len; i += width) v[0] += load(a + i);
+  acc = hsum((v[0] + v[1]) + (v[2] + v[3]));
+#else
+  float part[16] = {};
+  const std::size_t whole = n / 16 * 16;
+  for (; i < std::min(len, whole); ++i) part[i % 16] += a[i];
+  for (float p : part) acc += p;
+#endif
+  for (; i < len; ++i) acc += a[i];
+  return acc;
+}
+
 // Max of a[0..n), n >= 1.
 inline float max_of(std::size_t n, const float* a) {
   std::size_t i = 0;

@@ -11,6 +11,7 @@
 
 #include "autodiff/grad.h"
 #include "dsl/nn.h"
+#include "ops/fuse_compiled.h"
 #include "ops/parallel.h"
 #include "tests/dsl/dsl_test_util.h"
 
@@ -51,7 +52,7 @@ std::vector<float> causal(std::int64_t T) {
 
 struct Run {
   std::vector<Tensor> values;
-  std::size_t masked = 0, chains = 0;
+  std::size_t masked = 0, chains = 0, groups = 0;
 };
 
 Run run(Case& c, ExecutorOptions o, std::vector<float> v_values = {}) {
@@ -62,10 +63,14 @@ Run run(Case& c, ExecutorOptions o, std::vector<float> v_values = {}) {
   ex.set_input("k", test::tensor(s, -1.5f, 1.5f, 2));
   ex.set_input("v", v_values.empty() ? test::tensor(s, -1, 1, 3) : Tensor::f32(s, v_values));
   ex.run();
-  Run r{{}, ex.masked_products(), ex.slice_chains()};
+  Run r{{}, ex.masked_products(), ex.slice_chains(), ex.masked_groups()};
   for (NodeId id : c.outs) r.values.push_back(ex.get(id));
   return r;
 }
+
+// Row limits apply to compiled groups (a SIMD build, GG_COMPILED not 0): softmax's and
+// its gradient's.
+std::size_t compiled_softmax_groups() { return compiled_count() > 0 && compiled_by_default() ? 2 : 0; }
 
 void check_same_bits(const Run& got, const Run& want, const std::string& what) {
   REQUIRE(got.values.size() == want.values.size());
@@ -97,6 +102,10 @@ TEST_CASE("masked products: causal attention's six products skip the mask's zero
       // q k^T and dO v^T compute only the kept scores; P v, P^T dO, dS k and dS^T q sum
       // only the terms the mask keeps.
       CHECK(masked.masked == 6);
+      // softmax and its gradient compute each row only up to its last kept key (whole
+      // registers): their sums and maxima skip the zeros and -inf past it.
+      CHECK(plain.groups == 0);
+      CHECK(masked.groups == compiled_softmax_groups());
       check_same_bits(plain, want, "sliced, " + std::to_string(threads) + " threads");
       check_same_bits(masked, want, "masked, " + std::to_string(threads) + " threads");
     }
@@ -118,6 +127,7 @@ TEST_CASE("masked products: an irregular mask with a kept key in every row gives
   const Run want = run(c, {.slice = false});
   const Run masked = run(c, {.slice = true, .masked = true});
   CHECK(masked.masked == 6);
+  CHECK(masked.groups == compiled_softmax_groups());
   check_same_bits(masked, want, "irregular mask");
 }
 
@@ -130,6 +140,7 @@ TEST_CASE("masked products: none skip when a row is fully masked or when the sco
     build(c, T, 16, m);
     const Run masked = run(c, {.slice = true, .masked = true});
     CHECK(masked.masked == 0);
+    CHECK(masked.groups == 0);
     CHECK(std::isnan(masked.values[0].f()[5 * 16]));  // out[0, 0, 5, 0]
   }
   SUBCASE("scores asked for as an output are computed in full") {

@@ -257,3 +257,25 @@ TEST_CASE("simd::sum of many values keeps its accuracy") {
   CHECK(simd::sum(0, a.data()) == 0.f);
   CHECK(simd::dot(0, a.data(), a.data()) == 0.f);
 }
+
+TEST_CASE("simd::sum_prefix: the bits of sum over a row whose tail is zeros, reading only the prefix") {
+  // A masked softmax row (ops/masked.h's row limits): values up to len, zeros after it.
+  // Every len a multiple of the width and n itself, over lengths that end inside and past
+  // sum's four-register loop, with NaN past len to show it is never read.
+  std::uint32_t seed = 300;
+  const std::size_t w = simd::width;
+  for (std::size_t n : {w, 3 * w, 4 * w, 5 * w, 8 * w, 11 * w, 16 * w, 16 * w + 5, std::size_t(37), std::size_t(64), std::size_t(256)}) {
+    std::vector<std::size_t> lens;
+    for (std::size_t len = w; len < n; len += w) lens.push_back(len);
+    lens.push_back(n);
+    for (std::size_t len : lens) {
+      INFO("n = " << n << ", len = " << len);
+      auto a = random_values(n, -1.f, 1.f, seed++);
+      for (std::size_t i = len; i < n; ++i) a[i] = 0.f;
+      const float want = simd::sum(n, a.data());
+      for (std::size_t i = len; i < n; ++i) a[i] = std::numeric_limits<float>::quiet_NaN();
+      const float got = simd::sum_prefix(n, len, a.data());
+      CHECK(std::memcmp(&got, &want, sizeof got) == 0);
+    }
+  }
+}
