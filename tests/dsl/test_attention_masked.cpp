@@ -29,13 +29,17 @@ struct Case {
 // softmax(q k^T / sqrt(hs), masked) @ v over (B, H, T, hs), a weighted sum as the loss, and
 // its gradients. `mask` (T, T) as 0/1 floats; `scores_out`: the unmasked scores are an
 // output too.
-void build(Case& c, std::int64_t T, std::int64_t hs, const std::vector<float>& mask, bool scores_out = false) {
+// `finite_fill`: the masked scores get -1e9 (where(mask, s, -1e9)), as many tutorials write
+// it, instead of masked_fill's -inf.
+void build(Case& c, std::int64_t T, std::int64_t hs, const std::vector<float>& mask, bool scores_out = false,
+           bool finite_fill = false) {
   Graph& g = c.g;
   c.q = input(g, "q", {2, 2, T, hs});
   c.k = input(g, "k", {2, 2, T, hs});
   c.v = input(g, "v", {2, 2, T, hs});
   c.scores = matmul(c.q, c.k, false, true) * float(1.0 / std::sqrt(double(hs)));
-  Expr w = softmax(masked_fill(c.scores, constant(g, mask, {T, T})), -1);
+  Expr m = constant(g, mask, {T, T});
+  Expr w = softmax(finite_fill ? where(m, c.scores, constant(g, {-1e9f}, {})) : masked_fill(c.scores, m), -1);
   c.out = matmul(w, c.v);
   Expr loss = test::weighted_sum(c.out);
   c.outs = {c.out.id, loss.id};
@@ -150,6 +154,22 @@ TEST_CASE("masked products: none skip when a row is fully masked or when the sco
     const Run masked = run(c, {.slice = true, .masked = true});
     CHECK(masked.masked == 5);  // all but q k^T
     check_same_bits(masked, want, "scores read");
+  }
+}
+
+TEST_CASE("masked rows: a finite fill leaves softmax's rows whole, the same bits") {
+  // exp(-1e9 - max) is 0 in float as exp(-inf) is, but the analysis knows values, not
+  // ranges: the row maximum reads -1e9 past the kept keys, not -inf, so no group is
+  // limited, and neither are the products that need exact zeros in the weights.
+  for (std::int64_t T : {64, 96}) {
+    CAPTURE(T);
+    Case c;
+    build(c, T, 16, causal(T), /*scores_out=*/false, /*finite_fill=*/true);
+    const Run want = run(c, {.slice = false});
+    const Run masked = run(c, {.slice = true, .masked = true});
+    CHECK(masked.groups == 0);
+    CHECK(masked.masked < 6);
+    check_same_bits(masked, want, "finite fill");
   }
 }
 
