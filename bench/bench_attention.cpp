@@ -10,9 +10,10 @@
 // above the diagonal. Each sweep runs the six products slice after slice (the data of one
 // slice stays in cache between them, as in a chain); a product's time is its best sweep's
 // sum over the slices. Before a slice's products its P and dS are rewritten, untimed, as
-// softmax and its gradient write them just before inside a chain; `cold` leaves them as they
-// are, so that at the medium shapes (24 MB of them) they come from memory. One thread, so the host's other work disturbs the figures less than
-// a two-thread step's. No timing assertion anywhere: a benchmark, not a test.
+// softmax and its gradient write them just before inside a chain; `cold` leaves them as
+// they are, so that at the medium shapes (24 MB of them) they come from memory. One
+// thread, so the host's other work disturbs the figures less than a two-thread step's. No
+// timing assertion anywhere: a benchmark, not a test.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -396,12 +396,9 @@ void Executor::bind_locals_unsliced() {
 void Executor::bind_slices() {
   chain_at_.assign(steps_.size(), -1);
   if (chains_.empty()) return;
-  std::vector<MaskedProduct> masked;  // per node of g_: how a product may skip a mask's zeros
-  std::vector<std::shared_ptr<const RowLimits>> rows;  // per group: the rows' parts a mask leaves to compute
-  if (masked_) {
-    masked = find_masked_products(g_, order_, read_after_steps());
-    rows = find_masked_rows(g_, order_, read_after_steps(), fusion_);
-  }
+  // Per node: how a product may skip a mask's zeros; per group: the rows' parts to compute.
+  MaskedPlan masked;
+  if (masked_) masked = find_masked(g_, order_, read_after_steps(), fusion_);
   std::vector<int> step_at(order_.size(), -1);  // position in order_ -> step index
   for (std::size_t t = 0; t < steps_.size(); ++t) step_at[std::size_t(step_of_[std::size_t(steps_[t].id)])] = int(t);
   for (std::size_t ci = 0; ci < chains_.size(); ++ci) {
@@ -415,7 +412,7 @@ void Executor::bind_slices() {
       SliceStep ss;
       if (st.group >= 0) {
         ss.extent = fused_extent(fusion_.groups[std::size_t(st.group)], st.out) / c.slices;
-        if (!rows.empty()) ss.rows = rows[std::size_t(st.group)];
+        if (!masked.rows.empty()) ss.rows = masked.rows[std::size_t(st.group)];
       } else {
         auto sliced = [&](Shape s) {  // the L dims (as aligned to the output) set to 1
           const std::size_t r = n.shape.size();
@@ -450,8 +447,8 @@ void Executor::bind_slices() {
           ss.strided = true;
         }
         ss.ld_a = ld.a, ss.ld_b = ld.b, ss.ld_c = ld.c;
-        if (!masked.empty() && masked[std::size_t(st.id)].kind != MaskedProduct::none)
-          ss.masked = std::make_shared<const MaskedBlocks>(masked_blocks(g_, n, masked[std::size_t(st.id)]));
+        if (!masked.products.empty() && masked.products[std::size_t(st.id)].kind != MaskedProduct::none)
+          ss.masked = std::make_shared<const MaskedBlocks>(masked_blocks(g_, n, masked.products[std::size_t(st.id)]));
       }
       for (NodeId in : reads(st)) ss.in_local.push_back(local_off_[std::size_t(in)]);
       ss.out_local = local_off_[std::size_t(st.id)];

@@ -83,7 +83,7 @@ inline constexpr std::int64_t max_fused_row = 8192;
 Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept);
 
 // What a row group's rows hold past a point, where a mask makes it known
-// (ops/masked.h's find_masked_rows): row r computes only its first len[r % len.size()]
+// (ops/masked.h's MaskedPlan::rows): row r computes only its first len[r % len.size()]
 // values (a multiple of simd::width), its row sums and maxima read only those, and its
 // stored members and root take fill[j] after them (j: the stored members in group.stored
 // order, then the root). The values are the full row's wherever that is finite (but for

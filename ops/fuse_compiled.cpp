@@ -210,9 +210,8 @@ inline void reduced_member(const Row& x) {
       src = row_of<P, std::size_t(I.a)>(x);
     }
     // With row limits the values past len are zeros (a sum's) or -inf (a maximum's).
-    if (I.op == OpKind::max) r = simd::max_of(std::size_t(x.len), src);
-    else if (x.len == x.n) r = simd::sum(std::size_t(x.n), src);
-    else r = simd::sum_prefix(std::size_t(x.n), std::size_t(x.len), src);
+    r = I.op == OpKind::sum ? simd::sum_prefix(std::size_t(x.n), std::size_t(x.len), src)
+                            : simd::max_of(std::size_t(x.len), src);
   } else {
     static_assert(!transcendental(I.op), "a reduced transcendental member runs interpreted");
     r = element<I>([&] { return scalar_operand<P, I.a>(x); },

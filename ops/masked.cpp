@@ -78,7 +78,7 @@ class Analysis {
     for (NodeId id : order) facts_[std::size_t(id)] = infer(id);
   }
 
-  // Row limits for group grp (see find_masked_rows), or null.
+  // Row limits for group grp (see MaskedPlan::rows), or null.
   std::shared_ptr<const RowLimits> rows(const FusedGroup& grp) {
     if (grp.flat || grp.compiled < 0 || grp.lead.empty() || grp.members.empty()) return nullptr;
     const Fact root = facts_[std::size_t(grp.root)];
@@ -242,18 +242,12 @@ class Analysis {
 
 }  // namespace
 
-std::vector<MaskedProduct> find_masked_products(const Graph& g, std::span<const NodeId> order,
-                                                std::span<const NodeId> kept) {
+MaskedPlan find_masked(const Graph& g, std::span<const NodeId> order, std::span<const NodeId> kept,
+                       const Fusion& fusion) {
   Analysis a(g, order, kept);
-  return a.products(order);
-}
-
-std::vector<std::shared_ptr<const RowLimits>> find_masked_rows(const Graph& g, std::span<const NodeId> order,
-                                                               std::span<const NodeId> kept, const Fusion& fusion) {
-  Analysis a(g, order, kept);
-  std::vector<std::shared_ptr<const RowLimits>> out;
-  for (const FusedGroup& grp : fusion.groups) out.push_back(a.rows(grp));
-  return out;
+  MaskedPlan plan{a.products(order), {}};
+  for (const FusedGroup& grp : fusion.groups) plan.rows.push_back(a.rows(grp));
+  return plan;
 }
 
 MaskedBlocks masked_blocks(const Graph& g, const Node& n, MaskedProduct p) {

@@ -20,7 +20,7 @@
 //     [first[c], R), first[c] the first row r with ext[r] > c.
 // The fused groups between them (softmax, its gradient) likewise compute a row only up to
 // ext[r] when what they store there and what their row sums and maxima read there is
-// known, 0 or -inf (find_masked_rows).
+// known, 0 or -inf (MaskedPlan::rows).
 // What changes: nothing where the full computation is finite. A term left out is
 // 0 * x, which adds nothing when x is finite (the sign of an exact 0 sum aside); when a
 // masked-out x is Inf or NaN, the full product is NaN there and the masked one is not
@@ -44,20 +44,22 @@ struct MaskedProduct {
   NodeId mask = -1;  // the constant whose zeros are skipped
 };
 
-// Per node id of g: how that matmul may skip (kind none for every other node). `order`:
-// the planned nodes in topological order; `kept`: nodes read after the run (outputs) or by
-// a value check, whose every value must be computed.
-std::vector<MaskedProduct> find_masked_products(const Graph& g, std::span<const NodeId> order,
-                                                std::span<const NodeId> kept);
-
-// Per fused group of `fusion` (by index): row limits (ops/fuse.h) for a compiled row group
-// whose rows are the mask's rows (its row length C, its last lead dim R) when every row sum
-// inside reads values that are exactly 0 where M is 0, every row maximum values that are
-// -inf there, and every value it stores is one or the other there: each row then computes
-// only its values up to ext[r] (rounded up to whole registers), the softmax of causal
-// attention about half of them. Null for the other groups.
-std::vector<std::shared_ptr<const RowLimits>> find_masked_rows(const Graph& g, std::span<const NodeId> order,
-                                                               std::span<const NodeId> kept, const Fusion& fusion);
+// What the analysis of one plan finds (one pass over it: find_masked). `order`: the
+// planned nodes in topological order; `kept`: nodes read after the run (outputs) or by a
+// value check, whose every value must be computed.
+struct MaskedPlan {
+  // Per node id of g: how that matmul may skip (kind none for every other node).
+  std::vector<MaskedProduct> products;
+  // Per fused group of `fusion` (by index): row limits (ops/fuse.h) for a compiled row
+  // group whose rows are the mask's rows (its row length C, its last lead dim R) when every
+  // row sum inside reads values that are exactly 0 where M is 0, every row maximum values
+  // that are -inf there, and every value it stores is one or the other there: each row then
+  // computes only its values up to ext[r] (rounded up to whole registers), the softmax of
+  // causal attention about half of them. Null for the other groups.
+  std::vector<std::shared_ptr<const RowLimits>> rows;
+};
+MaskedPlan find_masked(const Graph& g, std::span<const NodeId> order, std::span<const NodeId> kept,
+                       const Fusion& fusion);
 
 // A product's row blocks: rows [b * rows, (b + 1) * rows) of the (2-D) output use
 // limit[b]: skip_out: its columns [0, limit[b]); skip_k with A: terms [0, limit[b]); with
@@ -69,7 +71,7 @@ struct MaskedBlocks {
   double fraction = 1;  // of the full product's multiply-adds that the blocks do
 };
 
-// The row blocks of matmul n (a kind from find_masked_products) with mask node m.
+// The row blocks of matmul n (a kind from find_masked) with mask node m.
 MaskedBlocks masked_blocks(const Graph& g, const Node& n, MaskedProduct p);
 
 // Row strides of a slice's operands and result, in elements; 0: rows follow each other,

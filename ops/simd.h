@@ -232,47 +232,24 @@ inline void zip3(std::size_t n, float* out, const float* a, std::int64_t sa, con
   }
 }
 
-// Sum of a[0..n).
-inline float sum(std::size_t n, const float* a) {
-  std::size_t i = 0;
-  float acc = 0.f;
-#ifndef GG_SCALAR
-  // Four registers of partial sums: at least 16 of them even with 4-wide SSE.
-  vf v0 = splat(0.f), v1 = splat(0.f), v2 = splat(0.f), v3 = splat(0.f);
-  for (; i + 4 * width <= n; i += 4 * width) {
-    v0 += load(a + i);
-    v1 += load(a + i + width);
-    v2 += load(a + i + 2 * width);
-    v3 += load(a + i + 3 * width);
-  }
-  for (; i + width <= n; i += width) v0 += load(a + i);
-  acc = hsum((v0 + v1) + (v2 + v3));
-#else
-  // Sixteen partial sums, as many as the narrowest SIMD build keeps: as accurate.
-  float part[16] = {};
-  for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < 16; ++k) part[k] += a[i + std::size_t(k)];
-  for (float p : part) acc += p;
-#endif
-  for (; i < n; ++i) acc += a[i];
-  return acc;
-}
-
-// sum(n, a) when a[len..n) are zeros, without reading them: each value goes to the partial
-// sum that sum(n, a) adds it to, in the same order, and a zero changes none of them, so the
-// bits are sum's. len <= n.
+// Sum of a[0..len) where a[len..n) are zeros, without reading them: each value goes to
+// the partial sum that the whole row's sum adds it to, in the same order, and a zero
+// changes none of them, so the bits are sum(n, a)'s. len <= n.
 inline float sum_prefix(std::size_t n, std::size_t len, const float* a) {
   std::size_t i = 0;
   float acc = 0.f;
 #ifndef GG_SCALAR
+  // Four registers of partial sums (at least 16 of them even with 4-wide SSE) over whole
+  // groups of four registers of the row, then one for the registers after them.
   vf v[4] = {splat(0.f), splat(0.f), splat(0.f), splat(0.f)};
-  const std::size_t quads = n / (4 * width) * (4 * width);  // where sum's four-register loop ends
+  const std::size_t quads = n / (4 * width) * (4 * width);
   for (; i + 4 * width <= std::min(len, quads); i += 4 * width)
     for (std::size_t j = 0; j < 4; ++j) v[j] += load(a + i + j * width);
   for (; i < quads && i + width <= len; i += width) v[(i / width) % 4] += load(a + i);  // a quad cut short
   for (; i + width <= len; i += width) v[0] += load(a + i);
   acc = hsum((v[0] + v[1]) + (v[2] + v[3]));
 #else
+  // Sixteen partial sums, as many as the narrowest SIMD build keeps: as accurate.
   float part[16] = {};
   const std::size_t whole = n / 16 * 16;
   for (; i < std::min(len, whole); ++i) part[i % 16] += a[i];
@@ -281,6 +258,9 @@ inline float sum_prefix(std::size_t n, std::size_t len, const float* a) {
   for (; i < len; ++i) acc += a[i];
   return acc;
 }
+
+// Sum of a[0..n).
+inline float sum(std::size_t n, const float* a) { return sum_prefix(n, n, a); }
 
 // Max of a[0..n), n >= 1.
 inline float max_of(std::size_t n, const float* a) {
