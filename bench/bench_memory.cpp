@@ -110,25 +110,23 @@ int main() {
     Buf buf = make(n);
     double other = 0, own = 0, over_other = 0, over_own = 0;
     const double bytes = double(n * sizeof(float));
+    // Thread 0 writes the buffer, then thread `reader` sums it: GB/s.
+    auto handed_to = [&](int reader, int rep) {
+      on_threads(T, [&](int t) {
+        if (t == 0) write_all(buf.get(), n, float(rep));
+      });
+      double gbs = 0;
+      on_threads(T, [&](int t) {
+        if (t != reader) return;
+        const auto t0 = clk::now();
+        read_all(buf.get(), n);
+        gbs = bytes / seconds_since(t0) / 1e9;
+      });
+      return gbs;
+    };
     for (int rep = 0; rep < 50; ++rep) {
-      on_threads(T, [&](int t) {
-        if (t == 0) write_all(buf.get(), n, float(rep));
-      });
-      on_threads(T, [&](int t) {
-        if (t != 1) return;
-        const auto t0 = clk::now();
-        read_all(buf.get(), n);
-        other = std::max(other, bytes / seconds_since(t0) / 1e9);
-      });
-      on_threads(T, [&](int t) {
-        if (t == 0) write_all(buf.get(), n, float(rep));
-      });
-      on_threads(T, [&](int t) {
-        if (t != 0) return;
-        const auto t0 = clk::now();
-        read_all(buf.get(), n);
-        own = std::max(own, bytes / seconds_since(t0) / 1e9);
-      });
+      other = std::max(other, handed_to(1, rep));
+      own = std::max(own, handed_to(0, rep));
       on_threads(T, [&](int t) {
         if (t != 1) return;
         auto t0 = clk::now();
