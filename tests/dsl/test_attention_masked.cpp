@@ -97,7 +97,7 @@ TEST_CASE("masked products: causal attention's six products skip the mask's zero
     Case c;
     build(c, T, 16, causal(T));
     const Run want = run(c, {.slice = false});
-    for (int threads : {1, 2}) {
+    for (int threads : {1, 2, 3}) {
       set_num_threads(threads);
       const Run plain = run(c, {.slice = true, .masked = false});
       const Run masked = run(c, {.slice = true, .masked = true});

@@ -65,8 +65,8 @@ struct FusedRuns {
   bool softmax_one_group = false;  // some group holds a row max, an exp, a row sum and a div
 };
 
-// Runs outs fused and unfused at 1 and 2 threads, every parameter set to a fixed wave;
-// all four runs must agree bit for bit, and every fused group be convex. At 2 threads the
+// Runs outs fused and unfused at 1, 2 and 3 threads, every parameter set to a fixed wave;
+// all six runs must agree bit for bit, and every fused group be convex. At 2 and 3 threads the
 // split of every job is skewed, one way unfused and the other fused (set_thread_shares).
 FusedRuns same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
                              const std::vector<std::pair<std::string, Tensor>>& feeds) {
@@ -77,10 +77,11 @@ FusedRuns same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
   std::vector<Tensor> want;
   FusedRuns r;
   const int before = num_threads();
-  for (int threads : {1, 2})
+  for (int threads : {1, 2, 3})
     for (bool fuse : {false, true}) {
       set_num_threads(threads);
       if (threads == 2) set_thread_shares(fuse ? std::vector<double>{3, 1} : std::vector<double>{1, 3});
+      if (threads == 3) set_thread_shares(fuse ? std::vector<double>{1, 2, 3} : std::vector<double>{3, 1, 2});
       Executor ex(g, outs, ps, 5, {.simplify = true, .fuse = fuse});
       r.bytes[fuse] = ex.unshared_bytes();
       CHECK(ex.fusion().groups.empty() != fuse);
@@ -108,7 +109,7 @@ FusedRuns same_fused_and_not(const Graph& g, const std::vector<NodeId>& outs,
 
 }  // namespace
 
-TEST_CASE("fuse: the reference GPT's loss, logits and gradients are unchanged by fusion, at 1 and 2 threads") {
+TEST_CASE("fuse: the reference GPT's loss, logits and gradients are unchanged by fusion, at 1, 2 and 3 threads") {
   for (const char* config : gg::test::kGoldenConfigs)
     for (bool training : {false, true}) {
       CAPTURE(config);

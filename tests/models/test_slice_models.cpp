@@ -38,7 +38,7 @@ TEST_CASE("slice: a GPT's loss, logits and gradients are unchanged by batch-slic
       std::vector<Tensor> want;
       const int before = num_threads();
       std::size_t unshared0 = 0, unshared1 = 0;
-      for (int threads : {1, 2})
+      for (int threads : {1, 2, 3})
         for (int mode : {0, 1, 2, 3}) {  // step by step, sliced, sliced in place, that in anomaly mode
           set_num_threads(threads);
           Executor ex(g, outs, ps, 9, {.slice = mode > 0, .in_place = mode >= 2});
