@@ -10,8 +10,10 @@
 // above the diagonal. Each sweep runs the six products slice after slice (the data of one
 // slice stays in cache between them, as in a chain); a product's time is its best sweep's
 // sum over the slices. Before a slice's products its P and dS are rewritten, untimed, as
-// softmax and its gradient write them just before inside a chain; `cold` leaves them as
-// they are, so that at the medium shapes (24 MB of them) they come from memory. One
+// softmax and its gradient write them just before inside a chain, and the (T, T) results
+// (S and dP) go to one slice-sized buffer, as to a chain's per-thread scratch; `cold`
+// leaves P and dS as they are and gives each slice its own results, so that at the medium
+// shapes (24 MB of weights, 12 MB of each result) they come from and go to memory. One
 // thread, so the host's other work disturbs the figures less than a two-thread step's. No
 // timing assertion anywhere: a benchmark, not a test.
 #include <fmt/format.h>
@@ -69,7 +71,10 @@ void run(i64 T, i64 hd, i64 H, i64 B, int sweeps, double peak, bool warm_weights
   for (auto& w : weights)  // causal: 0 above the diagonal, as softmax leaves them
     for (i64 s = 0; s < S; ++s)
       for (i64 r = 0; r < T; ++r) std::fill_n(w.data() + (s * T + r) * T + r + 1, T - r - 1, 0.f);
-  std::vector<float> out_th(std::size_t(B * T * D)), out_tt(std::size_t(S * T * T));
+  // A (T, T) result (S = q k^T, dP = dO v^T) goes to one slice-sized buffer, as in a chain,
+  // where those values live in a per-thread scratch block reused slice after slice; `cold`
+  // keeps one per slice, as the full (B, H, T, T) tensor they would be without the chains.
+  std::vector<float> out_th(std::size_t(B * T * D)), out_tt(std::size_t((warm_weights ? 1 : S) * T * T));
   const std::vector<float> slice_weights[2] = {{weights[0].begin(), weights[0].begin() + T * T},
                                                {weights[1].begin(), weights[1].begin() + T * T}};
 
@@ -111,7 +116,7 @@ void run(i64 T, i64 hd, i64 H, i64 B, int sweeps, double peak, bool warm_weights
           const Product& p = kProducts[std::size_t(i)];
           const bool a_tt = p.a == P || p.a == DS, b_tt = p.b == P || p.b == DS;
           const gg::View in[2] = {{data(p.a, b, h), a_tt ? &s_tt : &s_th}, {data(p.b, b, h), b_tt ? &s_tt : &s_th}};
-          const gg::View out{p.out_tt ? out_tt.data() + (b * H + h) * T * T : out_th.data() + b * T * D + h * hd,
+          const gg::View out{p.out_tt ? out_tt.data() + (warm_weights ? 0 : (b * H + h) * T * T) : out_th.data() + b * T * D + h * hd,
                              p.out_tt ? &s_tt : &s_th};
           const gg::SliceStrides ld{a_tt ? 0 : D, b_tt ? 0 : D, p.out_tt ? 0 : D};
           const auto t0 = Clock::now();
