@@ -308,41 +308,65 @@ void slice_matmul(const Node& n, const MaskedBlocks* masked, std::span<const Vie
   // each half in passes of the GEMM's depth block from its own start, the second half added
   // last.
   const i64 K0 = gemm_depth_split(ta, tb, M, N, K);
-  auto passes = [&](i64 i0, i64 m, i64 cols, i64 k0, i64 k1, i64 base, float* c, i64 ldd) {
+  // op(B) columns [j0, j0 + cols) into C columns j0..
+  auto passes = [&](i64 i0, i64 m, i64 j0, i64 cols, i64 k0, i64 k1, i64 base, float* c, i64 ldd) {
     const float* a = A + (ta ? i0 : i0 * lda);
+    const float* b = B + (tb ? j0 * ldb : j0);
     for (i64 k = k0; k < k1;) {
       const i64 e = std::min(k1, base + ((k - base) / gemm_depth_block + 1) * gemm_depth_block);
-      gemm(ta, tb, m, cols, e - k, 1.f, a + (ta ? k * lda : k), lda, B + (tb ? k : k * ldb), ldb, k == k0 ? 0.f : 1.f,
+      gemm(ta, tb, m, cols, e - k, 1.f, a + (ta ? k * lda : k), lda, b + (tb ? k : k * ldb), ldb, k == k0 ? 0.f : 1.f,
            c, ldd);
       k = e;
     }
   };
   thread_local std::vector<float> second;
-  auto product = [&](i64 i0, i64 m, i64 cols, i64 k0, i64 k1) {
-    float* c = Cm + i0 * ldc;
+  auto product = [&](i64 i0, i64 m, i64 j0, i64 cols, i64 k0, i64 k1) {
+    float* c = Cm + i0 * ldc + j0;
     const i64 first_end = std::min(k1, K0 ? K0 : K);
     if (k0 < first_end) {
-      passes(i0, m, cols, k0, first_end, 0, c, ldc);
+      passes(i0, m, j0, cols, k0, first_end, 0, c, ldc);
     } else {
       for (i64 i = 0; i < m; ++i) std::memset(c + i * ldc, 0, std::size_t(cols) * sizeof(float));
     }
     if (const i64 s0 = std::max(k0, K0); K0 && s0 < k1) {  // the second half: apart, then added
       second.resize(std::size_t(m * cols));
-      passes(i0, m, cols, s0, k1, K0, second.data(), cols);
+      passes(i0, m, j0, cols, s0, k1, K0, second.data(), cols);
       for (i64 i = 0; i < m; ++i)
         for (i64 j = 0; j < cols; ++j) c[i * ldc + j] += second[std::size_t(i * cols + j)];
     }
   };
+  // skip_out with limits that never decrease (causal attention's staircase): the same
+  // blocks, computed a column band at a time instead of a row block at a time. Band
+  // [limit[b-1], limit[b]) is needed by row blocks b onwards: one product of all those rows,
+  // which packs each sliver of op(B) once and runs it down every row that needs it, where a
+  // row block's product packed it again for each block (and ran it down 32 rows). Each value
+  // is the same sum in the same order either way, so the bits do not change.
+  const bool staircase = blocks.kind == MaskedProduct::skip_out &&
+                         std::is_sorted(blocks.limit.begin(), blocks.limit.end()) && !blocks.limit.empty();
+  if (staircase) {
+    i64 from = 0;
+    for (std::size_t blk = 0; blk < blocks.limit.size(); ++blk) {
+      const i64 i0 = i64(blk) * blocks.rows, lim = std::min(N, blocks.limit[blk]);
+      if (lim > from) product(i0, M - i0, from, lim - from, 0, K);
+      from = std::max(from, lim);
+    }
+    for (std::size_t blk = 0; blk < blocks.limit.size(); ++blk) {
+      const i64 i0 = i64(blk) * blocks.rows, m = std::min(M - i0, blocks.rows), lim = blocks.limit[blk];
+      if (lim < N)
+        for (i64 i = i0; i < i0 + m; ++i) std::memset(Cm + i * ldc + lim, 0, std::size_t(N - lim) * sizeof(float));
+    }
+    return;
+  }
   for (std::size_t blk = 0; blk < blocks.limit.size(); ++blk) {
     const i64 i0 = i64(blk) * blocks.rows, m = std::min(M - i0, blocks.rows), lim = blocks.limit[blk];
     if (blocks.kind == MaskedProduct::skip_out) {
-      product(i0, m, lim, 0, K);
+      product(i0, m, 0, lim, 0, K);
       if (lim < N)
         for (i64 i = i0; i < i0 + m; ++i) std::memset(Cm + i * ldc + lim, 0, std::size_t(N - lim) * sizeof(float));
     } else if (ta) {
-      product(i0, m, N, lim, K);
+      product(i0, m, 0, N, lim, K);
     } else {
-      product(i0, m, N, 0, lim);
+      product(i0, m, 0, N, 0, lim);
     }
   }
 }

@@ -135,6 +135,25 @@ TEST_CASE("masked products: an irregular mask with a kept key in every row gives
   check_same_bits(masked, want, "irregular mask");
 }
 
+TEST_CASE("masked products: row blocks whose key limits fall as well as rise give the same bits") {
+  // A causal mask's limits rise block by block (the products run a column band at a time);
+  // here the first rows keep the most keys and later ones fewer, then more again, so the
+  // products go row block by row block.
+  for (std::int64_t T : {72, 160}) {
+    std::vector<float> m(std::size_t(T * T));
+    for (std::int64_t r = 0; r < T; ++r) {
+      const std::int64_t end = r < T / 2 ? T - r : r - T / 2 + 1;
+      for (std::int64_t col = 0; col < end; ++col) m[std::size_t(r * T + col)] = 1.f;
+    }
+    Case c;
+    build(c, T, 16, m);
+    const Run want = run(c, {.slice = false});
+    const Run masked = run(c, {.slice = true, .masked = true});
+    CHECK(masked.masked >= 5);  // at T = 72 the analysis leaves one of the six whole
+    check_same_bits(masked, want, "falling then rising limits, T " + std::to_string(T));
+  }
+}
+
 TEST_CASE("masked products: none skip when a row is fully masked or when the scores are read") {
   const std::int64_t T = 64;
   SUBCASE("a row with every key masked keeps its NaN") {
