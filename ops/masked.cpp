@@ -341,6 +341,11 @@ void slice_matmul(const Node& n, const MaskedBlocks* masked, std::span<const Vie
   // which packs each sliver of op(B) once and runs it down every row that needs it, where a
   // row block's product packed it again for each block (and ran it down 32 rows). Each value
   // is the same sum in the same order either way, so the bits do not change.
+  auto zero_skipped = [&](std::size_t blk) {  // skip_out: row block blk's columns past its limit
+    const i64 i0 = i64(blk) * blocks.rows, m = std::min(M - i0, blocks.rows), lim = blocks.limit[blk];
+    if (lim < N)
+      for (i64 i = i0; i < i0 + m; ++i) std::memset(Cm + i * ldc + lim, 0, std::size_t(N - lim) * sizeof(float));
+  };
   const bool staircase = blocks.kind == MaskedProduct::skip_out &&
                          std::is_sorted(blocks.limit.begin(), blocks.limit.end()) && !blocks.limit.empty();
   if (staircase) {
@@ -350,19 +355,14 @@ void slice_matmul(const Node& n, const MaskedBlocks* masked, std::span<const Vie
       if (lim > from) product(i0, M - i0, from, lim - from, 0, K);
       from = std::max(from, lim);
     }
-    for (std::size_t blk = 0; blk < blocks.limit.size(); ++blk) {
-      const i64 i0 = i64(blk) * blocks.rows, m = std::min(M - i0, blocks.rows), lim = blocks.limit[blk];
-      if (lim < N)
-        for (i64 i = i0; i < i0 + m; ++i) std::memset(Cm + i * ldc + lim, 0, std::size_t(N - lim) * sizeof(float));
-    }
+    for (std::size_t blk = 0; blk < blocks.limit.size(); ++blk) zero_skipped(blk);  // after: measured faster
     return;
   }
   for (std::size_t blk = 0; blk < blocks.limit.size(); ++blk) {
     const i64 i0 = i64(blk) * blocks.rows, m = std::min(M - i0, blocks.rows), lim = blocks.limit[blk];
     if (blocks.kind == MaskedProduct::skip_out) {
       product(i0, m, 0, lim, 0, K);
-      if (lim < N)
-        for (i64 i = i0; i < i0 + m; ++i) std::memset(Cm + i * ldc + lim, 0, std::size_t(N - lim) * sizeof(float));
+      zero_skipped(blk);
     } else if (ta) {
       product(i0, m, 0, N, lim, K);
     } else {
