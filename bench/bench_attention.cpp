@@ -57,7 +57,7 @@ const Product kProducts[] = {
 };
 constexpr int kCount = int(std::size(kProducts));
 
-void run(i64 T, i64 hd, i64 H, i64 B, int sweeps, double peak, bool warm_weights) {
+void run(i64 T, i64 hd, i64 H, i64 B, int sweeps, double peak, bool as_in_chain) {
   const i64 D = H * hd, S = B * H;
   std::mt19937 rng(1);
   std::normal_distribution<float> nd;
@@ -74,7 +74,7 @@ void run(i64 T, i64 hd, i64 H, i64 B, int sweeps, double peak, bool warm_weights
   // A (T, T) result (S = q k^T, dP = dO v^T) goes to one slice-sized buffer, as in a chain,
   // where those values live in a per-thread scratch block reused slice after slice; `cold`
   // keeps one per slice, as the full (B, H, T, T) tensor they would be without the chains.
-  std::vector<float> out_th(std::size_t(B * T * D)), out_tt(std::size_t((warm_weights ? 1 : S) * T * T));
+  std::vector<float> out_th(std::size_t(B * T * D)), out_tt(std::size_t((as_in_chain ? 1 : S) * T * T));
   const std::vector<float> slice_weights[2] = {{weights[0].begin(), weights[0].begin() + T * T},
                                                {weights[1].begin(), weights[1].begin() + T * T}};
 
@@ -109,15 +109,15 @@ void run(i64 T, i64 hd, i64 H, i64 B, int sweeps, double peak, bool warm_weights
         // written them: the slice's P and dS rewritten, untimed, so that they come from L2
         // (B * H slices of both are tens of MB: read cold, they came from DRAM, and the
         // products that read them ran at half the speed they do inside a step).
-        if (warm_weights)
+        if (as_in_chain)
           for (int w = 0; w < 2; ++w)
             std::copy(slice_weights[w].begin(), slice_weights[w].end(), weights[w].data() + (b * H + h) * T * T);
         for (int i = 0; i < kCount; ++i) {
           const Product& p = kProducts[std::size_t(i)];
           const bool a_tt = p.a == P || p.a == DS, b_tt = p.b == P || p.b == DS;
           const gg::View in[2] = {{data(p.a, b, h), a_tt ? &s_tt : &s_th}, {data(p.b, b, h), b_tt ? &s_tt : &s_th}};
-          const gg::View out{p.out_tt ? out_tt.data() + (warm_weights ? 0 : (b * H + h) * T * T) : out_th.data() + b * T * D + h * hd,
-                             p.out_tt ? &s_tt : &s_th};
+          float* const result_tt = out_tt.data() + (as_in_chain ? 0 : (b * H + h) * T * T);
+          const gg::View out{p.out_tt ? result_tt : out_th.data() + b * T * D + h * hd, p.out_tt ? &s_tt : &s_th};
           const gg::SliceStrides ld{a_tt ? 0 : D, b_tt ? 0 : D, p.out_tt ? 0 : D};
           const auto t0 = Clock::now();
           gg::slice_matmul(nodes[std::size_t(i)], mode == 0 ? &blocks[std::size_t(i)] : nullptr, in, out, ld);
@@ -151,8 +151,9 @@ int main(int argc, char** argv) {
   const bool cold = argc > 1 && std::string_view(argv[1]) == "cold";
   if (cold) --argc, ++argv;
   const gg::FmaPeak peak = gg::measure_fma_peak();
-  fmt::print("FMA peak {:.1f} GFLOPS on 1 thread ({}, ops/peak.h); P and dS {}\n", peak.per_core_gflops,
-             gg::cpu_vector_isa(), cold ? "read cold (cold)" : "rewritten before each slice, as in a chain");
+  fmt::print("FMA peak {:.1f} GFLOPS on 1 thread ({}, ops/peak.h); {}\n", peak.per_core_gflops, gg::cpu_vector_isa(),
+             cold ? "P and dS read cold, (T, T) results a slice each (cold)"
+                  : "P and dS rewritten before each slice, (T, T) results in one slice's buffer, as in a chain");
   if (argc >= 5) {
     const int sweeps = argc > 5 ? std::max(1, std::atoi(argv[5])) : 50;
     run(std::atoll(argv[1]), std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4]), sweeps, peak.per_core_gflops,
