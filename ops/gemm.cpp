@@ -344,21 +344,30 @@ void micro_kernel(i64 kc, const float* __restrict A, i64 a_step, const float* __
   }
 
   const vec va = vsplat(alpha), vb = vsplat(beta);
-  for (int i = 0; i < ROWS; ++i) {  // epilogue: scale and write back one row of the tile
+  if (n == NR) {  // epilogue: scale and write back the tile, the accumulators in registers
+    if (beta == 0.f) {
+#pragma GCC unroll 16
+      for (int i = 0; i < ROWS; ++i)
+        for (int v = 0; v < NV; ++v) vstore(C + i * ldc + v * W, acc[i][v] * va);
+    } else {
+#pragma GCC unroll 16
+      for (int i = 0; i < ROWS; ++i)
+        for (int v = 0; v < NV; ++v) {
+          float* c = C + i * ldc + v * W;
+          vstore(c, vfma(vb, vload(c), acc[i][v] * va));
+        }
+    }
+    return;
+  }
+  alignas(64) float t[ROWS][NR];  // right edge: spill the tile and copy the valid columns
+#pragma GCC unroll 16
+  for (int i = 0; i < ROWS; ++i)
+    for (int v = 0; v < NV; ++v) vstore(t[i] + v * W, acc[i][v]);
+  for (int i = 0; i < ROWS; ++i) {
     float* c = C + i * ldc;
-    if (n == NR) {
-      for (int v = 0; v < NV; ++v) {
-        vec r = acc[i][v] * va;
-        if (beta != 0.f) r = vfma(vb, vload(c + v * W), r);
-        vstore(c + v * W, r);
-      }
-    } else {  // right edge: spill the row and copy the valid columns
-      alignas(64) float t[NR];
-      for (int v = 0; v < NV; ++v) vstore(t + v * W, acc[i][v]);
-      for (i64 j = 0; j < n; ++j) {  // as the full row: alpha * acc, then fma(beta, c, .)
-        const float r = alpha * t[j];
-        c[j] = beta != 0.f ? std::fma(beta, c[j], r) : r;
-      }
+    for (i64 j = 0; j < n; ++j) {  // as the full row: alpha * acc, then fma(beta, c, .)
+      const float r = alpha * t[i][j];
+      c[j] = beta != 0.f ? std::fma(beta, c[j], r) : r;
     }
   }
 }
@@ -375,14 +384,35 @@ constexpr auto kernels = make_kernels<false>(std::make_integer_sequence<int, MR>
 constexpr auto kernels_a_rows = make_kernels<true>(std::make_integer_sequence<int, MR>{});
 
 // ---- the blocked loops over one stripe of C -----------------------------------------------
+// The source of the next A block pack_a will read: `rows` runs of `len` floats, `ld` apart.
+// Asked for a part at a time while the current block's tiles run, so that the next pack
+// finds them in cache instead of waiting on memory between two blocks of compute.
+struct Ahead {
+  const float* p = nullptr;
+  i64 rows = 0, len = 0, ld = 0;
+  static Ahead of(const Problem& P, i64 ic, i64 mc, i64 pc, i64 kc) {
+    if (mc <= 0) return {};
+    if (P.ta) return {P.A + pc * P.lda + ic, kc, mc, P.lda};  // A is (K, M)
+    return {P.A + ic * P.lda + pc, mc, kc, P.lda};            // A is (M, K)
+  }
+};
+
 // The tiles of one packed A block Ap (mc rows from ic) against a packed B panel Bp (nc
 // columns from jc), kc deep: C[ic : ic+mc, jc : jc+nc] = alpha * Ap @ Bp + beta * C.
 void block_tiles(const Problem& P, const float* Ap, const float* Bp, i64 ic, i64 mc, i64 jc, i64 nc, i64 kc,
-                 float beta) {
+                 float beta, const Ahead& next = {}) {
+  const i64 tiles = (nc + NR - 1) / NR * ((mc + MR - 1) / MR);
+  // Lines of the next block (each run may start mid-line: one more), spread over the tiles.
+  const i64 lines_per_row = (next.len + 15) / 16 + 1, per_tile = next.rows * lines_per_row / std::max<i64>(tiles, 1) + 1;
+  i64 r = 0, l = 0;
   for (i64 jr = 0; jr < nc; jr += NR) {  // one B sliver (kc, NR), reused from L1
     const i64 nr = std::min<i64>(NR, nc - jr);
     for (i64 ir = 0; ir < mc; ir += MR) {  // one A sliver: an MR x NR tile of C
       const i64 mr = std::min<i64>(MR, mc - ir);
+      for (i64 q = 0; q < per_tile && r < next.rows; ++q) {
+        __builtin_prefetch(next.p + r * next.ld + std::min(l * 16, next.len - 1), 0, 2);
+        if (++l == lines_per_row) l = 0, ++r;
+      }
       kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR, P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr, P.alpha,
                       beta);
     }
@@ -404,7 +434,11 @@ void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
       for (i64 ic = i0; ic < i1; ic += MC) {  // MC rows of C: one packed A block (mc, kc)
         const i64 mc = std::min(MC, i1 - ic);
         pack_a(P, ic, mc, pc, kc, Ap);  // Ap: (mc/MR) slivers of (kc, MR)
-        block_tiles(P, Ap, Bp, ic, mc, jc, nc, kc, beta);
+        // the next block: further down, or the top of the next depth slice
+        const Ahead next = ic + MC < i1 ? Ahead::of(P, ic + MC, std::min(MC, i1 - ic - MC), pc, kc)
+                           : pc + KC < P.K ? Ahead::of(P, i0, std::min(MC, i1 - i0), pc + KC, std::min(KC, P.K - pc - KC))
+                                           : Ahead{};
+        block_tiles(P, Ap, Bp, ic, mc, jc, nc, kc, beta, next);
       }
     }
   }
@@ -477,7 +511,10 @@ void gemm_stealing(const Problem& P, int threads) {
         while (done.load(std::memory_order_acquire) < p) cpu_relax();
         const i64 ic = k * MB, mc = std::min(MB, P.M - ic);
         pack_a(P, ic, mc, pc, kc, Ap);
-        block_tiles(P, Ap, Bp, ic, mc, jc, nc, kc, beta);
+        // likely next: the block after this one, whose rows this thread packs next unless
+        // its share is done (then it steals, or moves to the next panel)
+        const Ahead next = ic + MB < P.M ? Ahead::of(P, ic + MB, std::min(MB, P.M - ic - MB), pc, kc) : Ahead{};
+        block_tiles(P, Ap, Bp, ic, mc, jc, nc, kc, beta, next);
         done.store(p + 1, std::memory_order_release);
       }
     }
