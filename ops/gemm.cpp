@@ -402,16 +402,27 @@ struct Ahead {
 void block_tiles(const Problem& P, const float* Ap, const float* Bp, i64 ic, i64 mc, i64 jc, i64 nc, i64 kc,
                  float beta, const Ahead& next = {}) {
   const i64 tiles = (nc + NR - 1) / NR * ((mc + MR - 1) / MR);
-  // Lines of the next block (each run may start mid-line: one more), spread over the tiles.
-  const i64 lines_per_row = (next.len + 15) / 16 + 1, per_tile = next.rows * lines_per_row / std::max<i64>(tiles, 1) + 1;
-  i64 r = 0, l = 0;
+  // The next block's lines, spread over the tiles: each run's lines from the one holding its
+  // first value to the one holding its last (when runs start at different offsets in their
+  // lines, as many as the worst offset needs).
+  const char* run = reinterpret_cast<const char*>(next.p);
+  const std::uintptr_t skew = reinterpret_cast<std::uintptr_t>(run) % 64;
+  const i64 lines_per_row = next.rows <= 0 ? 0 : ((next.ld % 16 ? 63 : i64(skew)) + next.len * 4 + 63) / 64;
+  const i64 per_tile = next.rows * lines_per_row / std::max<i64>(tiles, 1) + 1;
+  const char* line = run - skew;
+  i64 left = next.rows * lines_per_row, l = 0;
   for (i64 jr = 0; jr < nc; jr += NR) {  // one B sliver (kc, NR), reused from L1
     const i64 nr = std::min<i64>(NR, nc - jr);
     for (i64 ir = 0; ir < mc; ir += MR) {  // one A sliver: an MR x NR tile of C
       const i64 mr = std::min<i64>(MR, mc - ir);
-      for (i64 q = 0; q < per_tile && r < next.rows; ++q) {
-        __builtin_prefetch(next.p + r * next.ld + std::min(l * 16, next.len - 1), 0, 2);
-        if (++l == lines_per_row) l = 0, ++r;
+      for (i64 q = std::min(per_tile, left); q > 0; --q, --left) {
+        __builtin_prefetch(line, 0, 2);
+        line += 64;
+        if (++l == lines_per_row) {  // the next run: ld floats on (its skew may differ)
+          l = 0;
+          run += next.ld * 4;
+          line = run - reinterpret_cast<std::uintptr_t>(run) % 64;
+        }
       }
       kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR, P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr, P.alpha,
                       beta);
