@@ -404,24 +404,24 @@ void block_tiles(const Problem& P, const float* Ap, const float* Bp, i64 ic, i64
   const i64 tiles = (nc + NR - 1) / NR * ((mc + MR - 1) / MR);
   // The next block's lines, spread over the tiles: each run's lines from the one holding its
   // first value to the one holding its last (when runs start at different offsets in their
-  // lines, as many as the worst offset needs).
-  const char* run = reinterpret_cast<const char*>(next.p);
-  const std::uintptr_t skew = reinterpret_cast<std::uintptr_t>(run) % 64;
-  const i64 lines_per_row = next.rows <= 0 ? 0 : ((next.ld % 16 ? 63 : i64(skew)) + next.len * 4 + 63) / 64;
+  // lines, as many as the worst offset needs). Addresses as integers: the last line asked
+  // for may lie past the operand, which a prefetch may touch but a pointer may not point to.
+  std::uintptr_t run = reinterpret_cast<std::uintptr_t>(next.p);
+  const i64 lines_per_row = next.rows <= 0 ? 0 : ((next.ld % 16 ? 63 : i64(run % 64)) + next.len * 4 + 63) / 64;
   const i64 per_tile = next.rows * lines_per_row / std::max<i64>(tiles, 1) + 1;
-  const char* line = run - skew;
+  std::uintptr_t line = run / 64 * 64;
   i64 left = next.rows * lines_per_row, l = 0;
   for (i64 jr = 0; jr < nc; jr += NR) {  // one B sliver (kc, NR), reused from L1
     const i64 nr = std::min<i64>(NR, nc - jr);
     for (i64 ir = 0; ir < mc; ir += MR) {  // one A sliver: an MR x NR tile of C
       const i64 mr = std::min<i64>(MR, mc - ir);
       for (i64 q = std::min(per_tile, left); q > 0; --q, --left) {
-        __builtin_prefetch(line, 0, 2);
+        __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
         line += 64;
-        if (++l == lines_per_row) {  // the next run: ld floats on (its skew may differ)
+        if (++l == lines_per_row) {  // the next run, ld floats on (its offset in a line may differ)
           l = 0;
-          run += next.ld * 4;
-          line = run - reinterpret_cast<std::uintptr_t>(run) % 64;
+          run += std::uintptr_t(next.ld) * sizeof(float);
+          line = run / 64 * 64;
         }
       }
       kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR, P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr, P.alpha,
