@@ -135,24 +135,56 @@ inline float* row_of(const Row& x) {
   else return x.rows + std::int64_t(K) * x.n;
 }
 
+// What a run of full members reads and writes in one row, taken out of the Row once before
+// the run's loop: where each input's and member's row starts, and the values that are the
+// same on every column (an R or S input's, a reduced member's). Kept in locals, these stay
+// in registers; read through the Row inside the loop, every store of a register (which may
+// alias anything) made the compiler load the Row's pointers and multiply r * n again.
+template <auto P>
+struct Bases {
+  std::array<const float*, P.forms.size()> in{};  // F, B and P inputs: column 0 of the row
+  std::array<float, P.forms.size()> in_value{};   // R and S inputs
+  std::array<float*, P.ins.size()> row{};          // members: row_of
+  std::array<float, P.ins.size()> value{};         // reduced members
+};
+
+template <auto P>
+inline Bases<P> bases(const Row& x) {
+  Bases<P> b;
+  [&]<std::size_t... J>(std::index_sequence<J...>) {
+    ([&] {
+      constexpr char form = P.forms[J];
+      const float* p = x.in[J];
+      if constexpr (form == 'F') b.in[J] = p + x.r * x.n;
+      else if constexpr (form == 'B') b.in[J] = p;
+      else if constexpr (form == 'P') b.in[J] = p + x.prow;
+      else if constexpr (form == 'R') b.in_value[J] = p[x.r];
+      else b.in_value[J] = p[0];
+    }(), ...);
+  }(std::make_index_sequence<P.forms.size()>{});
+  [&]<std::size_t... K>(std::index_sequence<K...>) {
+    ([&] {
+      if constexpr (P.ins[K].reduced()) b.value[K] = x.scal[K];
+      else b.row[K] = row_of<P, K>(x);
+    }(), ...);
+  }(std::make_index_sequence<P.ins.size()>{});
+  return b;
+}
+
 template <auto P, int J>
-inline vf input(const Row& x, std::int64_t col) {
+inline vf input(const Bases<P>& b, std::int64_t col) {
   constexpr char form = P.forms[std::size_t(J)];
-  const float* p = x.in[J];
-  if constexpr (form == 'F') return simd::load(p + x.r * x.n + col);
-  else if constexpr (form == 'B') return simd::load(p + col);
-  else if constexpr (form == 'R') return vf(p[x.r]);
-  else if constexpr (form == 'P') return simd::load(p + x.prow + col);
-  else return vf(p[0]);
+  if constexpr (form == 'F' || form == 'B' || form == 'P') return simd::load(b.in[J] + col);
+  else return vf(b.in_value[J]);
 }
 
 // Operand O of a member of the run starting at K0, at one register of the row.
 template <auto P, std::size_t K0, int O>
-inline vf operand(const vf* v, const Row& x, std::int64_t col) {
-  if constexpr (O < 0) return input<P, -O - 1>(x, col);
-  else if constexpr (P.ins[std::size_t(O)].reduced()) return vf(x.scal[O]);
+inline vf operand(const vf* v, const Bases<P>& b, std::int64_t col) {
+  if constexpr (O < 0) return input<P, -O - 1>(b, col);
+  else if constexpr (P.ins[std::size_t(O)].reduced()) return vf(b.value[O]);
   else if constexpr (std::size_t(O) >= K0) return v[O];
-  else return simd::load(row_of<P, std::size_t(O)>(x) + col);
+  else return simd::load(b.row[O] + col);
 }
 
 // The element function of op on operands a(), b(), c() (values or registers).
@@ -176,12 +208,12 @@ inline auto element(F1 a, F2 b, F3 c) {
 }
 
 template <auto P, std::size_t K0, std::size_t K>
-inline void full_member(vf* v, const Row& x, std::int64_t col) {
+inline void full_member(vf* v, const Bases<P>& b, std::int64_t col) {
   constexpr Instr I = P.ins[K];
-  v[K] = opaque(element<I>([&] { return operand<P, K0, I.a>(v, x, col); },
-                           [&] { return operand<P, K0, I.b>(v, x, col); },
-                           [&] { return operand<P, K0, I.c>(v, x, col); }));
-  if constexpr (I.stored() || K + 1 == P.ins.size() || kept_row<P>(K)) simd::store(row_of<P, K>(x) + col, v[K]);
+  v[K] = opaque(element<I>([&] { return operand<P, K0, I.a>(v, b, col); },
+                           [&] { return operand<P, K0, I.b>(v, b, col); },
+                           [&] { return operand<P, K0, I.c>(v, b, col); }));
+  if constexpr (I.stored() || K + 1 == P.ins.size() || kept_row<P>(K)) simd::store(b.row[K] + col, v[K]);
 }
 
 template <auto P, int O>
@@ -237,10 +269,11 @@ inline void run_from(const Row& x, std::int64_t col0, std::int64_t col1) {
       run_from<P, K + 1>(x, col0, col1);
     } else {
       constexpr std::size_t E = run_end<P>(K);
+      const Bases<P> b = bases<P>(x);
       for (std::int64_t col = col0; col < col1; col += W) {
         vf v[P.ins.size()];
         [&]<std::size_t... I>(std::index_sequence<I...>) {
-          (full_member<P, K, K + I>(v, x, col), ...);
+          (full_member<P, K, K + I>(v, b, col), ...);
         }(std::make_index_sequence<E - K>{});
       }
       run_from<P, E>(x, col0, col1);
