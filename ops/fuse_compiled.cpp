@@ -135,9 +135,10 @@ inline float* row_of(const Row& x) {
   else return x.rows + std::int64_t(K) * x.n;
 }
 
-// What a run of full members reads and writes in one row, taken out of the Row once before
-// the run's loop: where each input's and member's row starts, and the values that are the
-// same on every column (an R or S input's, a reduced member's). Kept in locals, these stay
+// What the run of full members from K0 reads and writes in one row, taken out of the Row
+// once before the run's loop: where each input's and member's row starts, and the values
+// that are the same on every column (an R or S input's, a reduced member's, all of which
+// come before K0). Kept in locals, these stay
 // in registers; read through the Row inside the loop, every store of a register (which may
 // alias anything) made the compiler load the Row's pointers and multiply r * n again.
 template <auto P>
@@ -148,7 +149,7 @@ struct Bases {
   std::array<float, P.ins.size()> value{};         // reduced members
 };
 
-template <auto P>
+template <auto P, std::size_t K0>
 inline Bases<P> bases(const Row& x) {
   Bases<P> b;
   [&]<std::size_t... J>(std::index_sequence<J...>) {
@@ -164,8 +165,8 @@ inline Bases<P> bases(const Row& x) {
   }(std::make_index_sequence<P.forms.size()>{});
   [&]<std::size_t... K>(std::index_sequence<K...>) {
     ([&] {
-      if constexpr (P.ins[K].reduced()) b.value[K] = x.scal[K];
-      else b.row[K] = row_of<P, K>(x);
+      if constexpr (!P.ins[K].reduced()) b.row[K] = row_of<P, K>(x);
+      else if constexpr (K < K0) b.value[K] = x.scal[K];  // later ones are not computed yet
     }(), ...);
   }(std::make_index_sequence<P.ins.size()>{});
   return b;
@@ -269,7 +270,7 @@ inline void run_from(const Row& x, std::int64_t col0, std::int64_t col1) {
       run_from<P, K + 1>(x, col0, col1);
     } else {
       constexpr std::size_t E = run_end<P>(K);
-      const Bases<P> b = bases<P>(x);
+      const Bases<P> b = bases<P, K>(x);
       for (std::int64_t col = col0; col < col1; col += W) {
         vf v[P.ins.size()];
         [&]<std::size_t... I>(std::index_sequence<I...>) {
