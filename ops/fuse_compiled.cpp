@@ -138,9 +138,9 @@ inline float* row_of(const Row& x) {
 // What the run of full members from K0 reads and writes in one row, taken out of the Row
 // once before the run's loop: where each input's and member's row starts, and the values
 // that are the same on every column (an R or S input's, a reduced member's, all of which
-// come before K0). Kept in locals, these stay
-// in registers; read through the Row inside the loop, every store of a register (which may
-// alias anything) made the compiler load the Row's pointers and multiply r * n again.
+// come before K0). Kept in locals, these stay in registers; read through the Row inside the
+// loop, every store of a register (which may alias anything) made the compiler load the
+// Row's pointers and multiply r * n again.
 template <auto P>
 struct Bases {
   std::array<const float*, P.forms.size()> in{};  // F, B and P inputs: column 0 of the row

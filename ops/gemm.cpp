@@ -384,46 +384,57 @@ constexpr auto kernels = make_kernels<false>(std::make_integer_sequence<int, MR>
 constexpr auto kernels_a_rows = make_kernels<true>(std::make_integer_sequence<int, MR>{});
 
 // ---- the blocked loops over one stripe of C -----------------------------------------------
-// The source of the next A block pack_a will read: `rows` runs of `len` floats, `ld` apart.
-// Asked for a part at a time while the current block's tiles run, so that the next pack
-// finds them in cache instead of waiting on memory between two blocks of compute.
-struct Ahead {
-  const float* p = nullptr;
-  i64 rows = 0, len = 0, ld = 0;
+// The cache lines of the next A block pack_a will read, asked for a few at a time while the
+// current block's tiles run, so that the next pack finds them in cache instead of waiting on
+// memory between two blocks of compute. The block is `rows` runs of `len` floats, `ld` apart;
+// each run's lines go from the one holding its first value to the one holding its last (when
+// runs start at different offsets in their lines, as many as the worst offset needs).
+// Addresses as integers: the last line asked for may lie past the operand, which a prefetch
+// may touch but a pointer may not point to.
+class Ahead {
+ public:
+  Ahead() = default;
   static Ahead of(const Problem& P, i64 ic, i64 mc, i64 pc, i64 kc) {
     if (mc <= 0) return {};
-    if (P.ta) return {P.A + pc * P.lda + ic, kc, mc, P.lda};  // A is (K, M)
-    return {P.A + ic * P.lda + pc, mc, kc, P.lda};            // A is (M, K)
+    if (P.ta) return Ahead(P.A + pc * P.lda + ic, kc, mc, P.lda);  // A is (K, M)
+    return Ahead(P.A + ic * P.lda + pc, mc, kc, P.lda);            // A is (M, K)
   }
+  i64 lines() const { return left_; }
+  // Asks for the next n lines (fewer when fewer are left).
+  void fetch(i64 n) {
+    for (n = std::min(n, left_); n > 0; --n, --left_) {
+      __builtin_prefetch(reinterpret_cast<const void*>(line_), 0, 2);
+      line_ += 64;
+      if (++l_ == per_run_) {  // the next run, ld floats on (its offset in a line may differ)
+        l_ = 0;
+        run_ += step_;
+        line_ = run_ / 64 * 64;
+      }
+    }
+  }
+
+ private:
+  Ahead(const float* p, i64 rows, i64 len, i64 ld)
+      : run_(reinterpret_cast<std::uintptr_t>(p)),
+        line_(run_ / 64 * 64),
+        step_(std::uintptr_t(ld) * sizeof(float)),
+        per_run_(((ld % 16 ? 63 : i64(run_ % 64)) + len * i64(sizeof(float)) + 63) / 64),
+        left_(rows * per_run_) {}
+  std::uintptr_t run_ = 0, line_ = 0, step_ = 0;
+  i64 per_run_ = 0, left_ = 0, l_ = 0;
 };
 
 // The tiles of one packed A block Ap (mc rows from ic) against a packed B panel Bp (nc
 // columns from jc), kc deep: C[ic : ic+mc, jc : jc+nc] = alpha * Ap @ Bp + beta * C.
 void block_tiles(const Problem& P, const float* Ap, const float* Bp, i64 ic, i64 mc, i64 jc, i64 nc, i64 kc,
-                 float beta, const Ahead& next = {}) {
+                 float beta, Ahead next = {}) {
   const i64 tiles = (nc + NR - 1) / NR * ((mc + MR - 1) / MR);
-  // The next block's lines, spread over the tiles: each run's lines from the one holding its
-  // first value to the one holding its last (when runs start at different offsets in their
-  // lines, as many as the worst offset needs). Addresses as integers: the last line asked
-  // for may lie past the operand, which a prefetch may touch but a pointer may not point to.
-  std::uintptr_t run = reinterpret_cast<std::uintptr_t>(next.p);
-  const i64 lines_per_row = next.rows <= 0 ? 0 : ((next.ld % 16 ? 63 : i64(run % 64)) + next.len * 4 + 63) / 64;
-  const i64 per_tile = next.rows * lines_per_row / std::max<i64>(tiles, 1) + 1;
-  std::uintptr_t line = run / 64 * 64;
-  i64 left = next.rows * lines_per_row, l = 0;
+  const i64 per_tile = next.lines() / std::max<i64>(tiles, 1) + 1;  // the next block's lines, spread over the tiles
   for (i64 jr = 0; jr < nc; jr += NR) {  // one B sliver (kc, NR), reused from L1
     const i64 nr = std::min<i64>(NR, nc - jr);
     for (i64 ir = 0; ir < mc; ir += MR) {  // one A sliver: an MR x NR tile of C
       const i64 mr = std::min<i64>(MR, mc - ir);
-      for (i64 q = std::min(per_tile, left); q > 0; --q, --left) {
-        __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
-        line += 64;
-        if (++l == lines_per_row) {  // the next run, ld floats on (its offset in a line may differ)
-          l = 0;
-          run += std::uintptr_t(next.ld) * sizeof(float);
-          line = run / 64 * 64;
-        }
-      }
+      next.fetch(per_tile);
       kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR, P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr, P.alpha,
                       beta);
     }
