@@ -485,6 +485,16 @@ void Executor::run_chain(const SliceChain& c) {
     char* const scratch = c.scratch_bytes > 0 ? chain_scratch(c.scratch_bytes) : nullptr;
     std::vector<View> ins, gin, gstored;
     std::vector<std::int64_t> idx(l);
+    // Profiling: each step's time over this thread's slices, added to the chain's totals at
+    // the end (a clock read between steps; none when not profiling).
+    std::vector<double> spent(profile_ ? c.last - c.first + 1 : 0, 0.0);
+    auto since = std::chrono::steady_clock::now();
+    auto lap = [&](std::size_t t) {
+      if (spent.empty()) return;
+      const auto now = std::chrono::steady_clock::now();
+      spent[t - c.first] += std::chrono::duration<double>(now - since).count();
+      since = now;
+    };
     for (std::int64_t i = b; i < e; ++i) {
       for (std::size_t d = l, rem = std::size_t(i); d-- > 0;) {  // i's multi-index over L
         idx[d] = std::int64_t(rem % std::size_t(c.lead[d]));
@@ -497,6 +507,7 @@ void Executor::run_chain(const SliceChain& c) {
           const FusedGroup& grp = fusion_.groups[std::size_t(st.group)];
           if (!ss.any_local) {
             run_fused(grp, st.in, st.out, st.stored, i * ss.extent, (i + 1) * ss.extent, ss.rows.get());
+            lap(t);
             continue;
           }
           // A local value's slice i sits at its scratch offset: the group, which indexes
@@ -513,6 +524,7 @@ void Executor::run_chain(const SliceChain& c) {
           for (std::size_t j = 0; j < gstored.size(); ++j) gstored[j] = local(gstored[j], grp.stored[j], ss.stored_local[j]);
           run_fused(grp, gin, local(st.out, st.id, ss.out_local), gstored, i * ss.extent, (i + 1) * ss.extent,
                     ss.rows.get());
+          lap(t);
           continue;
         }
         ins.clear();
@@ -535,7 +547,12 @@ void Executor::run_chain(const SliceChain& c) {
           slice_matmul(g_.node(st.id), ss.masked.get(), ins, out, {ss.ld_a, ss.ld_b, ss.ld_c});
         else
           st.kernel(KernelArgs{g_.node(st.id), ins, out, &rng_});
+        lap(t);
       }
+    }
+    if (!spent.empty()) {
+      const std::lock_guard<std::mutex> lock(chain_profile_mu_);
+      for (std::size_t t = c.first; t <= c.last; ++t) chain_step_seconds_[t] += spent[t - c.first];
     }
   });
 }
@@ -854,6 +871,7 @@ void Executor::run() {
   for (std::size_t c : leaf_checks_) run_check(c);
   if (profile_) {
     step_seconds_.resize(steps_.size(), 0.0);
+    chain_step_seconds_.resize(steps_.size(), 0.0);
     ++profiled_runs_;
   }
   if (detect_anomaly_ && !chains_.empty()) bind_locals_unsliced();  // its chains run step by step
@@ -1036,6 +1054,8 @@ std::string Executor::profile_steps_report(int top) const {
     if (!chain_at_.empty() && chain_at_[idx[r]] >= 0) {
       const SliceChain& c = chains_[std::size_t(chain_at_[idx[r]])];
       std::string inside;  // the chain's steps: "matmul NT, fused x7 [...], matmul NN"
+      double chain_total = 0;
+      for (std::size_t t = c.first; t <= c.last && t < chain_step_seconds_.size(); ++t) chain_total += chain_step_seconds_[t];
       for (std::size_t t = c.first; t <= c.last; ++t) {
         const Step& cs = steps_[t];
         const Node& cn = g_.node(cs.id);
@@ -1045,8 +1065,10 @@ std::string Executor::profile_steps_report(int top) const {
         if (const auto& mb = c.steps[t - c.first].masked)
           inside += fmt::format(" masked {:.0f}%", 100.0 * mb->fraction);
         if (const auto& rl = c.steps[t - c.first].rows) inside += fmt::format(" rows {:.0f}%", 100.0 * rl->fraction);
+        if (chain_total > 0) inside += fmt::format(": {:.0f}%", 100.0 * chain_step_seconds_[t] / chain_total);
       }
-      what = fmt::format("sliced chain of {} steps over {} slices [{}], from {}", c.last - c.first + 1, c.slices, inside, what);
+      what = fmt::format("sliced chain of {} steps over {} slices [{}{}], from {}", c.last - c.first + 1, c.slices, inside,
+                         chain_total > 0 ? "; after each step its share of the chain's time" : "", what);
     }
     std::string gf = "";
     if (st.group < 0 && n.op == OpKind::matmul && (chain_at_.empty() || chain_at_[idx[r]] < 0)) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -249,6 +250,9 @@ class Executor {
   double sliced_seconds_ = 0;  // batch-slice chains' time, profiled apart from the ops
   std::int64_t sliced_calls_ = 0, sliced_steps_ = 0;
   std::vector<double> step_seconds_;  // per step, over the profiled runs
+  // Per step inside a chain: its time summed over the slices and the threads that ran them.
+  std::vector<double> chain_step_seconds_;
+  std::mutex chain_profile_mu_;  // the threads of a chain add their sums under it
   std::int64_t profiled_runs_ = 0;
   double fused_seconds_ = 0;  // fused groups' time, profiled apart from the ops
   std::int64_t fused_calls_ = 0, fused_members_ = 0;

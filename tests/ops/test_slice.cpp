@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "ops/build.h"
@@ -88,6 +89,45 @@ TEST_CASE("slice: attention chains give the step-by-step bits, fused or not, at 
         }
     }
     set_num_threads(before);
+  }
+}
+
+TEST_CASE("slice: the step profile gives each step of a chain its share of the chain's time") {
+  const std::int64_t B = 3, H = 2, T = 32, hs = 8;
+  Attention a;
+  build(a, B, H, T, hs);
+  ParamStore ps;
+  std::vector<std::vector<float>> want;
+  for (bool profile : {false, true}) {
+    Executor ex(a.g, a.outs, ps, 0, {.fuse = true, .slice = true});
+    REQUIRE(ex.slice_chains() >= 1);
+    ex.set_profile(profile);
+    feed(ex, B, H, T, hs);
+    ex.run();
+    ex.run();
+    check_same_bits(ex, a.outs, want);  // timing the steps changes no value
+    const std::string report = ex.profile_steps_report(1000);
+    if (!profile) continue;
+    // "sliced chain of N steps over S slices [matmul NT: 30%, compiled x7 [...]: 50%, ...;
+    // after each step its share of the chain's time]": N shares that add up to 100.
+    const std::size_t at = report.find("sliced chain of ");
+    REQUIRE(at != std::string::npos);
+    const std::size_t line_end = report.find('\n', at);
+    const std::string line = report.substr(at, line_end - at);
+    INFO(line);
+    CHECK(line.find("after each step its share of the chain's time") != std::string::npos);
+    const int steps = std::stoi(line.substr(std::strlen("sliced chain of ")));
+    int shares = 0, total = 0;
+    for (std::size_t p = line.find(": "); p != std::string::npos; p = line.find(": ", p + 2)) {
+      std::size_t used = 0;
+      const int v = std::stoi(line.substr(p + 2), &used);
+      if (line.compare(p + 2 + used, 1, "%") != 0) continue;
+      ++shares;
+      total += v;
+    }
+    CHECK(shares == steps);
+    CHECK(total >= 100 - steps);  // each share rounded to a whole percent
+    CHECK(total <= 100 + steps);
   }
 }
 
