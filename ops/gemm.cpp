@@ -218,6 +218,26 @@ struct Problem {
   i64 ldc;
 };
 
+// Whether the packed products read a row-major A (M, K) where it is instead of packing it:
+// the microkernel broadcasts a(i, k) from MR rows lda apart (kernels_a_rows, as gemm_direct
+// does) rather than from a packed sliver. Packing such an A is a transpose of each block
+// (transpose_rows: 3.8% of the small model's one-thread step on a Zen 5), and the block is
+// read from L1 either way. Measured on AMD's Zen 5 with AVX-512 (family 26 model 2): the
+// small model's non-transposed products 1.02-1.10x hot (best of 400, 1 and 2 threads), its
+// step 10.95 -> 10.56 ms on two threads and 20.45 -> 19.87 on one (alternating builds), the
+// medium model's 332.6 -> 328.8 ms; the masked attention products unchanged. Without the
+// next block's prefetch (Ahead): in place, it measured 1-3% slower hot and about 1% on the
+// small step. Not measured on Intel's cores or with AVX2's 6-row tiles: they pack, as before.
+bool a_in_place(const Problem& P) {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool amd = MR >= 12 && __builtin_cpu_is("amd");
+  return amd && !P.ta;
+#else
+  (void)P;
+  return false;
+#endif
+}
+
 // ---- packing ------------------------------------------------------------------------------
 // Packs op(A)[i0 : i0+mc, p0 : p0+kc] as slivers of MR rows: sliver s holds
 // Ap[s*MR*kc + k*MR + i] = op(A)(i0 + s*MR + i, p0 + k). A short last sliver keeps stride MR
@@ -424,9 +444,10 @@ class Ahead {
   i64 per_run_ = 0, left_ = 0, l_ = 0;
 };
 
-// The tiles of one packed A block Ap (mc rows from ic) against a packed B panel Bp (nc
-// columns from jc), kc deep: C[ic : ic+mc, jc : jc+nc] = alpha * Ap @ Bp + beta * C.
-void block_tiles(const Problem& P, const float* Ap, const float* Bp, i64 ic, i64 mc, i64 jc, i64 nc, i64 kc,
+// The tiles of one A block (mc rows from ic) against a packed B panel Bp (nc columns from
+// jc), kc deep: C[ic : ic+mc, jc : jc+nc] = alpha * op(A) @ Bp + beta * C. The block is
+// packed (Ap, slivers of MR rows) or, with Ap null, read where it is (a_in_place).
+void block_tiles(const Problem& P, const float* Ap, const float* Bp, i64 ic, i64 mc, i64 jc, i64 nc, i64 pc, i64 kc,
                  float beta, Ahead next = {}) {
   const i64 tiles = (nc + NR - 1) / NR * ((mc + MR - 1) / MR);
   const i64 per_tile = next.lines() / std::max<i64>(tiles, 1) + 1;  // the next block's lines, spread over the tiles
@@ -435,8 +456,11 @@ void block_tiles(const Problem& P, const float* Ap, const float* Bp, i64 ic, i64
     for (i64 ir = 0; ir < mc; ir += MR) {  // one A sliver: an MR x NR tile of C
       const i64 mr = std::min<i64>(MR, mc - ir);
       next.fetch(per_tile);
-      kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR, P.C + (ic + ir) * P.ldc + jc + jr, P.ldc, nr, P.alpha,
-                      beta);
+      float* const c = P.C + (ic + ir) * P.ldc + jc + jr;
+      if (Ap)
+        kernels[mr - 1](kc, Ap + ir * kc, MR, Bp + jr * kc, NR, c, P.ldc, nr, P.alpha, beta);
+      else  // in place, A is (M, K): a(i, k) = A[(ic + ir + i) * lda + pc + k]
+        kernels_a_rows[mr - 1](kc, P.A + (ic + ir) * P.lda + pc, P.lda, Bp + jr * kc, NR, c, P.ldc, nr, P.alpha, beta);
     }
   }
 }
@@ -445,7 +469,8 @@ void block_tiles(const Problem& P, const float* Ap, const float* Bp, i64 ic, i64
 void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
   const i64 kc_max = std::min(P.K, KC);
   float* Bp = pack_b_buf.get(std::size_t(kc_max * ((std::min(j1 - j0, NC) + NR - 1) / NR * NR)));
-  float* Ap = pack_a_buf.get(std::size_t(kc_max * ((std::min(i1 - i0, MC) + MR - 1) / MR * MR)));
+  const bool in_place = a_in_place(P);
+  float* Ap = in_place ? nullptr : pack_a_buf.get(std::size_t(kc_max * ((std::min(i1 - i0, MC) + MR - 1) / MR * MR)));
 
   for (i64 jc = j0; jc < j1; jc += NC) {  // NC columns of C: one packed B panel at a time
     const i64 nc = std::min(NC, j1 - jc);
@@ -455,12 +480,12 @@ void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
       pack_b(P, jc, nc, pc, kc, Bp);            // Bp: (nc/NR) slivers of (kc, NR)
       for (i64 ic = i0; ic < i1; ic += MC) {  // MC rows of C: one packed A block (mc, kc)
         const i64 mc = std::min(MC, i1 - ic);
-        pack_a(P, ic, mc, pc, kc, Ap);  // Ap: (mc/MR) slivers of (kc, MR)
+        if (!in_place) pack_a(P, ic, mc, pc, kc, Ap);  // Ap: (mc/MR) slivers of (kc, MR)
         // the next block: further down, or the top of the next depth slice
         const Ahead next = ic + MC < i1 ? Ahead::of(P, ic + MC, std::min(MC, i1 - ic - MC), pc, kc)
                            : pc + KC < P.K ? Ahead::of(P, i0, std::min(MC, i1 - i0), pc + KC, std::min(KC, P.K - pc - KC))
                                            : Ahead{};
-        block_tiles(P, Ap, Bp, ic, mc, jc, nc, kc, beta, next);
+        block_tiles(P, Ap, Bp, ic, mc, jc, nc, pc, kc, beta, in_place ? Ahead{} : next);
       }
     }
   }
@@ -509,9 +534,10 @@ void gemm_stealing(const Problem& P, int threads) {
       }
     }
   };
+  const bool in_place = a_in_place(P);
   auto work = [&](int t) {
     float* Bp = pack_b_buf.get(std::size_t(std::min(P.K, KC) * ((std::min(P.N, NC) + NR - 1) / NR * NR)));
-    float* Ap = pack_a_buf.get(std::size_t(std::min(P.K, KC) * MC));
+    float* Ap = in_place ? nullptr : pack_a_buf.get(std::size_t(std::min(P.K, KC) * MC));
     for (i64 p = 0; p < panels; ++p) {
       const i64 jc = p / depth_panels * NC, pc = p % depth_panels * KC;
       const i64 nc = std::min(NC, P.N - jc), kc = std::min(KC, P.K - pc);
@@ -532,11 +558,11 @@ void gemm_stealing(const Problem& P, int threads) {
         std::atomic<i64>& done = progress[std::size_t(k)];
         while (done.load(std::memory_order_acquire) < p) cpu_relax();
         const i64 ic = k * MB, mc = std::min(MB, P.M - ic);
-        pack_a(P, ic, mc, pc, kc, Ap);
+        if (!in_place) pack_a(P, ic, mc, pc, kc, Ap);
         // likely next: the block after this one, whose rows this thread packs next unless
         // its share is done (then it steals, or moves to the next panel)
         const Ahead next = ic + MB < P.M ? Ahead::of(P, ic + MB, std::min(MB, P.M - ic - MB), pc, kc) : Ahead{};
-        block_tiles(P, Ap, Bp, ic, mc, jc, nc, kc, beta, next);
+        block_tiles(P, Ap, Bp, ic, mc, jc, nc, pc, kc, beta, in_place ? Ahead{} : next);
         done.store(p + 1, std::memory_order_release);
       }
     }
