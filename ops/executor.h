@@ -181,6 +181,7 @@ class Executor {
     std::vector<SliceStep> steps;     // per step of the chain
     std::size_t scratch_bytes = 0;    // a thread's scratch for one slice's local values
   };
+  void prefetch_slice(const SliceChain& c, std::size_t t, std::int64_t slice, std::vector<std::int64_t>& idx) const;
   // The phases of the constructor, in order.
   static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, const ExecutorOptions& options);
   void number_order();  // step_of_ from order_
