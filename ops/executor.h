@@ -181,7 +181,6 @@ class Executor {
     std::vector<SliceStep> steps;     // per step of the chain
     std::size_t scratch_bytes = 0;    // a thread's scratch for one slice's local values
   };
-  void prefetch_slice(const SliceChain& c, std::size_t t, std::int64_t slice, std::vector<std::int64_t>& idx) const;
   // The phases of the constructor, in order.
   static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, const ExecutorOptions& options);
   void number_order();  // step_of_ from order_
@@ -191,6 +190,8 @@ class Executor {
   void bind_locals_unsliced();  // full-size storage for them and for in-place values, when a run goes step by step
   void bind_slices();  // the chains' step indices and per-slice shapes, after make_steps
   void run_chain(const SliceChain& c);
+  // Asks for the lines step t of chain c reads from outside the chain for `slice` (idx: scratch for its multi-index).
+  void prefetch_slice(const SliceChain& c, std::size_t t, std::int64_t slice, std::vector<std::int64_t>& idx) const;
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
   void bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root);
   void make_steps();
