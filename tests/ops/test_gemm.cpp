@@ -131,6 +131,10 @@ TEST_CASE("gemm respects leading dimensions larger than the row") {
         check_all_transposes(s, s + 4, s + 9, 1.f, 0.f, pad);
         check_all_transposes(s + 9, s, s + 4, -1.5f, 0.5f, pad, false);
       }
+    // Past the direct size, so the blocked and row-stealing paths read the padded rows (on
+    // AMD's AVX-512 cores a row-major A in place, its rows lda apart), over two depth panels.
+    check_all_transposes(257, 130, 300, -1.5f, 0.5f, 5);
+    check_all_transposes(130, 257, 300, 1.f, 0.f, 16, true);
   });
 }
 
