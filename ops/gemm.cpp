@@ -414,8 +414,10 @@ constexpr auto kernels_a_rows = make_kernels<true>(std::make_integer_sequence<in
 class Ahead {
  public:
   Ahead() = default;
+  // None when A is read in place (a_in_place): no pack_a will read the block, and asking
+  // for its lines measured slower there.
   static Ahead of(const Problem& P, i64 ic, i64 mc, i64 pc, i64 kc) {
-    if (mc <= 0) return {};
+    if (mc <= 0 || a_in_place(P)) return {};
     if (P.ta) return Ahead(P.A + pc * P.lda + ic, kc, mc, P.lda);  // A is (K, M)
     return Ahead(P.A + ic * P.lda + pc, mc, kc, P.lda);            // A is (M, K)
   }
@@ -469,8 +471,8 @@ void block_tiles(const Problem& P, const float* Ap, const float* Bp, i64 ic, i64
 void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
   const i64 kc_max = std::min(P.K, KC);
   float* Bp = pack_b_buf.get(std::size_t(kc_max * ((std::min(j1 - j0, NC) + NR - 1) / NR * NR)));
-  const bool in_place = a_in_place(P);
-  float* Ap = in_place ? nullptr : pack_a_buf.get(std::size_t(kc_max * ((std::min(i1 - i0, MC) + MR - 1) / MR * MR)));
+  // null when A is read in place
+  float* Ap = a_in_place(P) ? nullptr : pack_a_buf.get(std::size_t(kc_max * ((std::min(i1 - i0, MC) + MR - 1) / MR * MR)));
 
   for (i64 jc = j0; jc < j1; jc += NC) {  // NC columns of C: one packed B panel at a time
     const i64 nc = std::min(NC, j1 - jc);
@@ -480,12 +482,12 @@ void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
       pack_b(P, jc, nc, pc, kc, Bp);            // Bp: (nc/NR) slivers of (kc, NR)
       for (i64 ic = i0; ic < i1; ic += MC) {  // MC rows of C: one packed A block (mc, kc)
         const i64 mc = std::min(MC, i1 - ic);
-        if (!in_place) pack_a(P, ic, mc, pc, kc, Ap);  // Ap: (mc/MR) slivers of (kc, MR)
+        if (Ap) pack_a(P, ic, mc, pc, kc, Ap);  // Ap: (mc/MR) slivers of (kc, MR)
         // the next block: further down, or the top of the next depth slice
         const Ahead next = ic + MC < i1 ? Ahead::of(P, ic + MC, std::min(MC, i1 - ic - MC), pc, kc)
                            : pc + KC < P.K ? Ahead::of(P, i0, std::min(MC, i1 - i0), pc + KC, std::min(KC, P.K - pc - KC))
                                            : Ahead{};
-        block_tiles(P, Ap, Bp, ic, mc, jc, nc, pc, kc, beta, in_place ? Ahead{} : next);
+        block_tiles(P, Ap, Bp, ic, mc, jc, nc, pc, kc, beta, next);
       }
     }
   }
@@ -534,10 +536,9 @@ void gemm_stealing(const Problem& P, int threads) {
       }
     }
   };
-  const bool in_place = a_in_place(P);
   auto work = [&](int t) {
     float* Bp = pack_b_buf.get(std::size_t(std::min(P.K, KC) * ((std::min(P.N, NC) + NR - 1) / NR * NR)));
-    float* Ap = in_place ? nullptr : pack_a_buf.get(std::size_t(std::min(P.K, KC) * MC));
+    float* Ap = a_in_place(P) ? nullptr : pack_a_buf.get(std::size_t(std::min(P.K, KC) * MC));  // null: in place
     for (i64 p = 0; p < panels; ++p) {
       const i64 jc = p / depth_panels * NC, pc = p % depth_panels * KC;
       const i64 nc = std::min(NC, P.N - jc), kc = std::min(KC, P.K - pc);
@@ -558,11 +559,11 @@ void gemm_stealing(const Problem& P, int threads) {
         std::atomic<i64>& done = progress[std::size_t(k)];
         while (done.load(std::memory_order_acquire) < p) cpu_relax();
         const i64 ic = k * MB, mc = std::min(MB, P.M - ic);
-        if (!in_place) pack_a(P, ic, mc, pc, kc, Ap);
+        if (Ap) pack_a(P, ic, mc, pc, kc, Ap);
         // likely next: the block after this one, whose rows this thread packs next unless
         // its share is done (then it steals, or moves to the next panel)
         const Ahead next = ic + MB < P.M ? Ahead::of(P, ic + MB, std::min(MB, P.M - ic - MB), pc, kc) : Ahead{};
-        block_tiles(P, Ap, Bp, ic, mc, jc, nc, pc, kc, beta, in_place ? Ahead{} : next);
+        block_tiles(P, Ap, Bp, ic, mc, jc, nc, pc, kc, beta, next);
         done.store(p + 1, std::memory_order_release);
       }
     }
