@@ -457,12 +457,15 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
     f.group_of[std::size_t(id)] = int(building.size());
     building.push_back(std::move(b));
   }
-  // Keep the groups of two or more, numbered in order of their roots, with their programs.
+  // Keep the groups of two or more, numbered in order of their roots, with their programs,
+  // and a lone member where a compiled row program runs it (a row program may skip the
+  // part of a row a mask zeroes: the attention's weights again from their exponentials
+  // and sums, E / s, where the gradient reads them).
   std::fill(f.group_of.begin(), f.group_of.end(), -1);
   std::reverse(building.begin(), building.end());  // roots in planned order
   for (Building& b : building) {
     std::vector<NodeId>& mem = b.members;
-    if (mem.size() < 2) continue;
+    if (mem.size() < 2 && !(compiled && mem.size() == 1 && !b.flat_only)) continue;
     std::sort(mem.begin(), mem.end(), [&](NodeId x, NodeId y) { return pos[std::size_t(x)] < pos[std::size_t(y)]; });
     FusedGroup grp;
     grp.root = mem.back();
@@ -501,6 +504,10 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
     if (!grp.flat)
       for (NodeId in : grp.inputs) grp.reads.push_back(read_of(g.node(in).shape, grp.lead, grp.n));
     if (compiled) grp.compiled = find_compiled(grp, fused_input_forms(g, grp));
+    if (mem.size() == 1 && (grp.flat || grp.compiled < 0)) {
+      f.group_of[std::size_t(mem[0])] = -1;  // its own kernel, as before
+      continue;
+    }
     f.groups.push_back(std::move(grp));
   }
   return f;

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "ops/build.h"
 #include "ops/executor.h"
 #include "ops/fuse.h"
+#include "ops/fuse_compiled.h"
 #include "ops/parallel.h"
 #include "tests/test_util.h"
 
@@ -303,4 +305,47 @@ TEST_CASE("fuse: GG_FUSE=0 turns the pass off for executors built afterwards") {
   CHECK(Executor(g, {out}, ps).fusion().groups.empty());
   unsetenv("GG_FUSE");
   CHECK(Executor(g, {out}, ps, 0, {.fuse = false}).fusion().groups.empty());
+}
+
+TEST_CASE("fuse: a lone row division is a group of one where a compiled program runs it; other lone ops are not") {
+  Graph g;
+  NodeId e = op::input(g, "e", {3, 5, 64});
+  NodeId s = op::input(g, "s", {3, 5, 1});
+  NodeId q = op::div(g, e, s);           // a row divided by its row value: the "FR" program
+  NodeId t = op::mul(g, e, e);           // a lone flat product: its own kernel
+  NodeId u = op::sub(g, e, s);           // a lone row op with no compiled program: its own kernel
+  const std::vector<NodeId> outs = {q, t, u};
+  Fusion f = fuse_elementwise(g, ancestors(g, outs), outs);
+  if (compiled_by_default() && compiled_count() > 0) {  // compiled kernels (not a scalar build)
+    REQUIRE(f.groups.size() == 1);
+    CHECK(f.groups[0].root == q);
+    CHECK(f.groups[0].members == std::vector<NodeId>{q});
+    CHECK(f.groups[0].compiled >= 0);
+    CHECK(!f.groups[0].flat);
+  } else {
+    CHECK(f.groups.empty());
+  }
+  CHECK(f.group_of[std::size_t(t)] == -1);
+  CHECK(f.group_of[std::size_t(u)] == -1);
+  // The group gives the division kernel's bits, at 1 and 2 threads.
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(0.5f, 2.f);
+  std::vector<float> ev(3 * 5 * 64), sv(3 * 5);
+  for (float& v : ev) v = dist(rng);
+  for (float& v : sv) v = dist(rng);
+  ParamStore ps;
+  std::vector<float> first;
+  const int before = num_threads();
+  for (int threads : {1, 2})
+    for (bool fuse : {false, true}) {
+      set_num_threads(threads);
+      Executor ex(g, {q}, ps, 1, {.fuse = fuse});
+      ex.set_input("e", ev);
+      ex.set_input("s", sv);
+      ex.run();
+      const std::vector<float> got = ex.get(q).to_vector();
+      if (first.empty()) first = got;
+      CHECK(std::memcmp(got.data(), first.data(), first.size() * 4) == 0);
+    }
+  set_num_threads(before);
 }
