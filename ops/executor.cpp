@@ -17,6 +17,8 @@
 
 #include <unistd.h>
 
+#include "ops/fuse_compiled.h"
+#include "ops/gemm.h"
 #include "ops/masked.h"
 #include "ops/parallel.h"
 #include "ops/simd.h"
@@ -47,6 +49,7 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   if (options.fuse) {
     fusion_ = fuse_elementwise(g_, order_, read_after_steps());
   }
+  epilogue_option_ = options.epilogue;
   user_order_.assign(order_.size(), -1);
   for (NodeId id = 0; id < g.size(); ++id)
     if (const NodeId p = simplified_.map[std::size_t(id)]; p >= 0) {
@@ -58,12 +61,23 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   plan_locals();
   in_place_option_ = options.in_place;
   plan_in_place();
+  plan_epilogues();
   std::vector<std::size_t> offset;
   std::vector<NodeId> root;
   plan_memory(offset, root);
   bind_views(offset, root);
   make_steps();
   bind_slices();
+  epilogue_step_.assign(steps_.size(), -1);
+  by_epilogue_.assign(steps_.size(), 0);
+  for (std::size_t t = 0; t < steps_.size(); ++t)
+    if (const NodeId r = epilogue_for_[std::size_t(steps_[t].id)]; r >= 0 && steps_[t].group < 0)
+      for (std::size_t u = t + 1; u < steps_.size(); ++u)
+        if (steps_[u].id == r) {
+          epilogue_step_[t] = int(u);
+          by_epilogue_[u] = 1;
+          break;
+        }
   plan_checks(step_of_);
 }
 
@@ -85,6 +99,85 @@ bool in_place_by_default() {
 
 std::size_t Executor::in_place_permutes() const {
   return std::size_t(std::count(in_place_step_.begin(), in_place_step_.end(), 1));
+}
+
+bool epilogue_by_default() {
+  const char* env = std::getenv("GG_EPILOGUE");
+  return !(env && std::string(env) == "0");
+}
+
+std::size_t Executor::epilogue_groups() const {
+  return std::size_t(std::count(by_epilogue_.begin(), by_epilogue_.end(), 1));
+}
+
+// Which groups run as an epilogue: those with a transcendental member (erf, exp, tanh,
+// log), whose cost is computing rather than moving values. On the small GPT that is the
+// GELU after the MLP's first layer (whose separate pass ran only 1.3-1.6x faster on 2
+// threads than on 1): the step 0.5-2.4% faster on 2 threads on a Zen 5, the same on 1
+// (same-process A/B of the two plans). The layer norms after the projections measured no
+// faster (0.3-0.7% slower on 1 thread): their product's result, (768, 128), stays in cache
+// between the steps anyway. The GELU's gradient is not the next step after its product
+// (the weight gradient x^T @ dy runs between, reading the same dy); moved after it, the
+// step measured 0.5-0.7% slower. The medium GPT's step measured the same either way.
+bool epilogue_worth(const FusedGroup& grp) {
+  return std::any_of(grp.program.begin(), grp.program.end(), [](const FusedInstr& f) { return transcendental(f.op); });
+}
+
+// A fused group G runs as the epilogue of the matrix product P (ExecutorOptions::epilogue)
+// when P is one tall GEMM (ops/matmul.cpp: B a matrix, A not transposed) with rows of N
+// values, a whole number of registers, G reads P's value as it is, row for row (a row group
+// over rows of N, or a flat one over all of it), nothing but G's own members and views lies between P and G's root in
+// the order, and G reads nothing made after P. Neither is in a chain. G then runs on each
+// block of P's rows once the block is final, while P still reads its operands for other
+// rows: plan_memory keeps P's operands alive until G's place, so G's values never land on
+// them; everything else G writes is placed at G's place as before, after nothing but P ran.
+void Executor::plan_epilogues() {
+  epilogue_for_.assign(std::size_t(g_.size()), -1);
+  if (!epilogue_option_ || fusion_.groups.empty()) return;
+  std::vector<char> in_chain(order_.size(), 0);
+  for (const SliceChain& c : chains_)
+    for (std::size_t s = c.first; s <= c.last; ++s) in_chain[s] = 1;
+  auto source = [&](NodeId id) {  // through views
+    while (g_.node(id).op == OpKind::reshape) id = g_.node(id).inputs[0];
+    return id;
+  };
+  for (std::size_t gi = 0; gi < fusion_.groups.size(); ++gi) {
+    const FusedGroup& grp = fusion_.groups[gi];
+    const int sg = step_of_[std::size_t(grp.root)];
+    if (sg < 0 || in_chain[std::size_t(sg)] || !epilogue_worth(grp)) continue;
+    int sm = sg - 1;  // the step before G's: past G's members, views and leaves
+    for (; sm >= 0; --sm) {
+      const Node& n = g_.node(order_[std::size_t(sm)]);
+      if (group_at(order_[std::size_t(sm)]) != int(gi) && n.op != OpKind::reshape && !op_bound_leaf(n.op)) break;
+    }
+    if (sm < 0 || in_chain[std::size_t(sm)]) continue;
+    const NodeId mm = order_[std::size_t(sm)];
+    const Node& m = g_.node(mm);
+    if (m.op != OpKind::matmul || m.dtype != DType::f32 || m.attrs.trans_a || in_place_[std::size_t(mm)].to >= 0 ||
+        g_.node(m.inputs[1]).shape.size() != 2 || epilogue_for_[std::size_t(mm)] >= 0)
+      continue;
+    const std::int64_t N = m.shape.back(), rows = N > 0 ? numel(m.shape) / N : 0;
+    if (rows <= 0) continue;
+    const Shape& out = g_.node(grp.root).shape;
+    std::int64_t group_rows = 1;
+    for (std::int64_t d : grp.lead) group_rows *= d;
+    // Rows of whole registers: a block of rows then splits into SIMD and scalar work as the
+    // whole product's rows do (run_fused).
+    const bool fits = N % std::int64_t(simd::width) == 0 &&
+                      (grp.flat ? numel(out) == rows * N : grp.n == N && group_rows == rows);
+    if (!fits) continue;
+    bool reads_product = false, ready = true;
+    for (NodeId in : grp.inputs) {
+      const NodeId src = source(in);
+      if (src == mm) {
+        reads_product = true;
+        ready = ready && (grp.flat ? numel(g_.node(in).shape) == rows * N : g_.node(in).shape == out);
+      } else if (!op_bound_leaf(g_.node(src).op) && step_of_[std::size_t(src)] >= sm) {
+        ready = false;  // made after P
+      }
+    }
+    if (reads_product && ready) epilogue_for_[std::size_t(mm)] = grp.root;
+  }
 }
 
 bool masked_by_default() {
@@ -691,6 +784,12 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   for (std::size_t s = 0; s < order_.size(); ++s)
     for (NodeId in : g.node(order_[s]).inputs)
       last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], runs_at(s));
+  // A product with an epilogue group still reads its operands while the group writes:
+  // they stay until the group's place (plan_epilogues).
+  for (std::size_t s = 0; s < order_.size(); ++s)
+    if (const NodeId r = epilogue_for_[std::size_t(order_[s])]; r >= 0)
+      for (NodeId in : g.node(order_[s]).inputs)
+        last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], step_of_[std::size_t(r)]);
   // A chain runs its steps slice by slice: what any of them reads stays until its end.
   for (const SliceChain& c : chains_)
     for (std::size_t s = c.first; s <= c.last; ++s)
@@ -948,15 +1047,25 @@ void Executor::run() {
       continue;
     }
     Step& st = steps_[t];
-    if (st.in_place && !detect_anomaly_) {  // the chains read or wrote it in place
+    if ((st.in_place || by_epilogue_[t]) && !detect_anomaly_) {  // the chains or its product ran it
       for (std::size_t c : st.checks) run_check(c);
       continue;
     }
     const Node& n = g_.node(st.id);
     bind_inputs(st);
     auto compute = [&] {
-      if (st.group >= 0) run_fused(fusion_.groups[std::size_t(st.group)], st.in, st.out, st.stored);
-      else st.kernel(KernelArgs{n, st.in, st.out, &rng_});
+      if (st.group >= 0) return run_fused(fusion_.groups[std::size_t(st.group)], st.in, st.out, st.stored);
+      if (epilogue_step_[t] < 0 || detect_anomaly_) return st.kernel(KernelArgs{n, st.in, st.out, &rng_});
+      // The product with its epilogue: the group on each block of rows once it is final
+      // (a flat group's values are the rows' values in order). Anomaly mode runs them apart.
+      Step& es = steps_[std::size_t(epilogue_step_[t])];
+      bind_inputs(es);
+      const FusedGroup& grp = fusion_.groups[std::size_t(es.group)];
+      const std::int64_t per_row = grp.flat ? n.shape.back() : 1;
+      const GemmRowsDone rows_done = [&](std::int64_t r0, std::int64_t r1) {
+        run_fused(grp, es.in, es.out, es.stored, r0 * per_row, r1 * per_row);
+      };
+      st.kernel(KernelArgs{n, st.in, st.out, &rng_, &rows_done});
     };
     if (!profile_) {
       compute();
@@ -1105,6 +1214,10 @@ std::string Executor::profile_steps_report(int top) const {
     std::string ins;
     for (NodeId in : reads(st)) ins += (ins.empty() ? "" : ", ") + to_string(g_.node(in).shape);
     std::string what = label(st);
+    // A product and its epilogue group: one time (the GFLOPS count the product's work only).
+    const std::string epilogue = epilogue_step_[idx[r]] >= 0 && !detect_anomaly_
+                                     ? " + epilogue " + label(steps_[std::size_t(epilogue_step_[idx[r]])])
+                                     : "";
     if (!chain_at_.empty() && chain_at_[idx[r]] >= 0) {
       const SliceChain& c = chains_[std::size_t(chain_at_[idx[r]])];
       std::string inside;  // the chain's steps: "matmul NT, fused x7 [...], matmul NN"
@@ -1130,9 +1243,9 @@ std::string Executor::profile_steps_report(int top) const {
       const double k = double(n.attrs.trans_a ? a[a.size() - 2] : a.back());
       gf = fmt::format("{:.1f}", 2.0 * double(numel(n.shape)) * k / (ms * 1e-3) * 1e-9);
     }
-    s += fmt::format("{:>9.3f} {:>7}  {}{} {} <- {}{}\n", ms, gf, what,
+    s += fmt::format("{:>9.3f} {:>7}  {}{} {} <- {}{}{}\n", ms, gf, what,
                      n.op == OpKind::matmul ? fmt::format("[{}]", transposes(n)) : "",
-                     to_string(n.shape), ins, n.name.empty() ? "" : fmt::format("  '{}'", n.name));
+                     to_string(n.shape), ins, n.name.empty() ? "" : fmt::format("  '{}'", n.name), epilogue);
   }
   return s;
 }

@@ -30,6 +30,8 @@ bool slice_by_default();
 bool masked_by_default();
 // The in-place permute switch: false when the environment has GG_IN_PLACE=0.
 bool in_place_by_default();
+// The GEMM-epilogue switch: false when the environment has GG_EPILOGUE=0.
+bool epilogue_by_default();
 
 struct ExecutorOptions {
   // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning;
@@ -58,6 +60,12 @@ struct ExecutorOptions {
   // head split and merge): those permutes are not run, and their values take no place in
   // the arena. Values are unchanged bit for bit. Off with GG_IN_PLACE=0, or here.
   bool in_place = in_place_by_default();
+  // Run a fused group with a transcendental member (erf, exp, ...) that reads a matrix
+  // product's result, and is the next step after it, as the product's epilogue: on each
+  // block of the product's rows as soon as the block is final, on the thread that computed
+  // it, while the rows are in its cache (the MLP's bias and GELU after its first layer).
+  // Values are unchanged bit for bit. Off with GG_EPILOGUE=0, or here.
+  bool epilogue = epilogue_by_default();
 };
 
 class Executor {
@@ -94,6 +102,8 @@ class Executor {
   std::size_t in_place_permutes() const;
   // Steps of the flat loop (a fused group is one).
   std::size_t step_count() const { return steps_.size(); }
+  // How many fused groups run as a matrix product's epilogue (ExecutorOptions::epilogue).
+  std::size_t epilogue_groups() const;
 
   // Feeds the input node named `name`; throws GraphError on a wrong shape or dtype, on an
   // input declared in the graph but not needed by the requested outputs, and on an unknown
@@ -187,6 +197,7 @@ class Executor {
   void plan_slices();  // finds the chains (positions in order_), before plan_memory
   void plan_locals();  // the chains' values read only inside one slice's pass, before plan_memory
   void plan_in_place();  // the permutes the chains' products read or write in place, before plan_memory
+  void plan_epilogues();  // the groups run as a product's epilogue, before plan_memory
   void bind_locals_unsliced();  // full-size storage for them and for in-place values, when a run goes step by step
   void bind_slices();  // the chains' step indices and per-slice shapes, after make_steps
   void run_chain(const SliceChain& c);
@@ -231,6 +242,13 @@ class Executor {
     std::vector<std::int64_t> axis_stride;
   };
   std::vector<InPlace> in_place_;
+  // Per node of g_: for a matrix product, the root of the fused group run as its epilogue,
+  // else -1 (plan_epilogues). Per step: the epilogue group's step of a product, else -1;
+  // and whether a group's step is run by its product (then it only runs its checks).
+  bool epilogue_option_ = false;
+  std::vector<NodeId> epilogue_for_;
+  std::vector<int> epilogue_step_;
+  std::vector<char> by_epilogue_;
   std::vector<char> in_place_step_;  // per node: a permute the chains do without
   // Per node of g_: its byte offset in its chain's per-thread scratch when only the chain's
   // pass over one slice reads it (no arena place), else -1. Run step by step (anomaly

@@ -526,7 +526,8 @@ void run_fused(const FusedGroup& group, std::span<const View> in, View out, std:
   GG_CHECK(stored.size() == group.stored.size());
   const std::int64_t extent = fused_extent(group, out);
   if (end < 0) end = extent;
-  GG_CHECK(0 <= begin && begin <= end && end <= extent && begin % std::int64_t(simd::width) == 0);
+  const std::int64_t W = std::int64_t(simd::width);
+  GG_CHECK(0 <= begin && begin <= end && end <= extent && (begin % W == 0 || (!group.flat && group.n % W == 0)));
   if (begin == end) return;
   if (group.compiled >= 0) return run_compiled(group, in, out, stored, begin, end, group.flat ? nullptr : limits);
   run_fused_interpreted(group, in, out, stored, begin, end);

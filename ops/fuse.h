@@ -98,7 +98,9 @@ struct RowLimits {
 // group.stored order); in: the group's inputs, in group.inputs order. Only the part
 // [begin, end) of the group's extent (its rows, or its values for a flat group; end -1:
 // to the end) when given: the executor runs a batch slice of a group at a time that way
-// (begin must be a multiple of simd::width, which keeps every SIMD/scalar split). With
+// (begin must be a multiple of simd::width, which keeps every SIMD/scalar split, unless
+// the group's rows are whole registers; a matrix product's epilogue runs a row block at a
+// time that way). With
 // limits, a compiled row group computes only the rows' known-free parts (interpreted ones
 // run whole rows: the same values).
 void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored = {},

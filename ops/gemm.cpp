@@ -505,7 +505,7 @@ void gemm_blocked(const Problem& P, i64 i0, i64 i1, i64 j0, i64 j1) {
 // whichever thread, so the bits do not change.
 std::atomic<std::uint64_t> stolen_blocks{0};
 
-void gemm_stealing(const Problem& P, int threads) {
+void gemm_stealing(const Problem& P, int threads, const GemmRowsDone* rows_done) {
   using u64 = std::uint64_t;
   // Blocks of MC rows, or fewer (whole MR slivers) when that would leave a thread fewer
   // than about four: a (128, 128) weight gradient's three blocks of 48 shared 2 to 1.
@@ -565,6 +565,7 @@ void gemm_stealing(const Problem& P, int threads) {
         const Ahead next = ic + MB < P.M ? Ahead::of(P, ic + MB, std::min(MB, P.M - ic - MB), pc, kc) : Ahead{};
         block_tiles(P, Ap, Bp, ic, mc, jc, nc, pc, kc, beta, next);
         done.store(p + 1, std::memory_order_release);
+        if (rows_done && p + 1 == panels) (*rows_done)(ic, ic + mc);  // the block's rows are final
       }
     }
   };
@@ -661,7 +662,7 @@ bool split_depth_on() {
 thread_local Buffer half_buf;
 std::atomic<std::uint64_t> split_depth_calls{0};
 
-void gemm_halves(const Problem& P, i64 K0) {
+void gemm_halves(const Problem& P, i64 K0, const GemmRowsDone* rows_done) {
   split_depth_calls.fetch_add(1, std::memory_order_relaxed);
   float* second = half_buf.get(std::size_t(P.M * P.N));  // alpha * terms [K0, K): (M, N)
   Problem H[2] = {P, P};
@@ -687,6 +688,7 @@ void gemm_halves(const Problem& P, i64 K0) {
       const float* t = second + i * P.N;
       for (i64 j = 0; j < P.N; ++j) c[j] += t[j];
     }
+    if (rows_done) (*rows_done)(i0, i1);
   });
 }
 
@@ -704,36 +706,52 @@ std::int64_t gemm_depth_split(bool ta, bool tb, std::int64_t M, std::int64_t N, 
 
 void gemm(bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
           const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
-          float* C, std::int64_t ldc) {
-  if (M <= 0 || N <= 0) return;
+          float* C, std::int64_t ldc, const GemmRowsDone* rows_done) {
+  if (M <= 0 || N <= 0) {
+    if (rows_done && M > 0) (*rows_done)(0, M);
+    return;
+  }
   const Problem P{ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  auto all_done = [&] {
+    if (rows_done) (*rows_done)(0, M);
+  };
   if (K <= 0 || alpha == 0.f) {  // no product: C = beta * C
     for (i64 i = 0; i < M; ++i)
       for (i64 j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
-    return;
+    return all_done();
   }
-  if (M * N * K <= SMALL) return gemm_small(P);
-  if (const i64 K0 = gemm_depth_split(ta, tb, M, N, K)) return gemm_halves(P, K0);
+  if (M * N * K <= SMALL) {
+    gemm_small(P);
+    return all_done();
+  }
+  if (const i64 K0 = gemm_depth_split(ta, tb, M, N, K)) return gemm_halves(P, K0, rows_done);
   const stripe_fn stripe = stripe_for(P);
 
   // Threads take independent stripes of C: rows in MR units, or columns in NR units when
   // there are more column tiles than row tiles. Each thread packs its own panels.
   const double flops = 2.0 * double(M) * double(N) * double(K);
   const i64 row_tiles = (M + MR - 1) / MR, col_tiles = (N + NR - 1) / NR;
-  if (flops < PARALLEL_FLOPS || std::max(row_tiles, col_tiles) < 2) return stripe(P, 0, M, 0, N);
-  if (row_tiles >= col_tiles && stripe == gemm_blocked && steal_rows()) return gemm_stealing(P, num_threads());
+  if (flops < PARALLEL_FLOPS || std::max(row_tiles, col_tiles) < 2) {
+    stripe(P, 0, M, 0, N);
+    return all_done();
+  }
+  if (row_tiles >= col_tiles && stripe == gemm_blocked && steal_rows()) return gemm_stealing(P, num_threads(), rows_done);
   struct Job {
     const Problem* p;
     stripe_fn stripe;
-  } job{&P, stripe};
+    const GemmRowsDone* rows_done;
+  } job{&P, stripe, rows_done};
   if (row_tiles >= col_tiles) {
     parallel_for(row_tiles, 1, [job](i64 t0, i64 t1) {
-      job.stripe(*job.p, t0 * MR, std::min(job.p->M, t1 * MR), 0, job.p->N);
+      const i64 i0 = t0 * MR, i1 = std::min(job.p->M, t1 * MR);
+      job.stripe(*job.p, i0, i1, 0, job.p->N);
+      if (job.rows_done) (*job.rows_done)(i0, i1);
     });
   } else {
     parallel_for(col_tiles, 1, [job](i64 t0, i64 t1) {
       job.stripe(*job.p, 0, job.p->M, t0 * NR, std::min(job.p->N, t1 * NR));
     });
+    all_done();  // a row is final only once every column stripe is
   }
 }
 

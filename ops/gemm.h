@@ -3,8 +3,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace gg {
+
+// Called with ranges [r0, r1) of C's rows once they are final (every column, the whole sum):
+// each row once, before gemm returns, possibly from several threads at once, a range on the
+// thread that finished it while its rows are still in that core's cache. A GEMM epilogue:
+// the executor runs the element-wise group that reads C there (ops/executor.cpp). It may
+// call parallel_for (which runs serially inside gemm's threads).
+using GemmRowsDone = std::function<void(std::int64_t, std::int64_t)>;
 
 // C = alpha * op(A) @ op(B) + beta * C, all row-major.
 // op(A) is (M, K): A is (M, K) with row stride lda, or (K, M) when trans_a.
@@ -13,7 +21,7 @@ namespace gg {
 // Threads itself with parallel_for; safe to call from inside a parallel_for (runs serially).
 void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
           float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-          float beta, float* C, std::int64_t ldc);
+          float beta, float* C, std::int64_t ldc, const GemmRowsDone* rows_done = nullptr);
 
 // Blocks of C rows one thread took from another's share, since the process started. A
 // large product's rows go out to the threads in blocks, and a thread done with its own

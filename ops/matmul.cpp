@@ -82,7 +82,7 @@ const OpRule matmul_rule = {
       float* C = a.out.f();
       const std::int64_t lda = sa.back(), ldb = sb.back();
       if (sb.size() == 2 && !ta) {  // (batch..., M, K) @ (K, N): one tall GEMM
-        gemm(false, tb, numel(d.batch) * d.m, d.n, d.k, 1.f, A, lda, B, ldb, 0.f, C, d.n);
+        gemm(false, tb, numel(d.batch) * d.m, d.n, d.k, 1.f, A, lda, B, ldb, 0.f, C, d.n, a.rows_done);
         return;
       }
       Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
@@ -96,6 +96,7 @@ const OpRule matmul_rule = {
           gemm(ta, tb, d.m, d.n, d.k, 1.f, A + oa[std::size_t(i)], lda, B + ob[std::size_t(i)], ldb, 0.f,
                C + i * mn, d.n);
       });
+      if (a.rows_done) (*a.rows_done)(0, count * d.m);
     },
     [](GradArgs& a) {
       Graph& g = a.g;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <span>
 #include <vector>
@@ -28,6 +29,9 @@ struct KernelArgs {
   std::span<const View> in;
   View out;
   std::mt19937_64* rng;  // for `random`
+  // A matmul's epilogue (ops/gemm.h's GemmRowsDone), or null: called with ranges of the
+  // output's rows (its values as (rows, last dim)) once they are final.
+  const std::function<void(std::int64_t, std::int64_t)>* rows_done = nullptr;
 };
 
 // A gradient rule receives d(loss)/d(out) as `gout` and sets gin[i] for each input i

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <vector>
 
@@ -300,6 +301,51 @@ TEST_CASE("a weight gradient's sum in two halves: the shape's split, the same bi
       CHECK(gg::gemm_split_depth_calls() == before + 9);  // split on 1 thread too
     }
     with_threads([&] { check({true, false, c.M, c.N, c.K, 0.75f, 0.5f, c.pad}); });  // the values are the product's
+  }
+  gg::set_num_threads(saved);
+}
+
+TEST_CASE("gemm's rows_done sees every row of C once, final, on every path") {
+  // (ta, tb, M, N, K): tiny (plain loops), direct, blocked with stolen row blocks, several
+  // column panels and depth slices, a column split (more column tiles than row tiles), a
+  // weight gradient summed in two halves, and no depth at all.
+  const Case cases[] = {{false, false, 5, 7, 3, 1.f, 0.f},       {false, true, 40, 48, 64, 1.f, 0.f},
+                        {false, true, 768, 512, 128, 1.f, 0.f},  {false, false, 1200, 1100, 300, 1.f, 0.f},
+                        {false, false, 24, 2048, 128, 1.f, 0.f}, {true, false, 128, 512, 768, 1.f, 0.f},
+                        {false, false, 30, 20, 0, 1.f, 0.f}};
+  const int saved = gg::num_threads();
+  for (int threads : {1, 2}) {
+    gg::set_num_threads(threads);
+    for (const Case& c : cases) {
+      CAPTURE(threads);
+      CAPTURE(c.M);
+      CAPTURE(c.N);
+      CAPTURE(c.K);
+      const i64 lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
+      std::mt19937 rng(3);
+      std::uniform_real_distribution<float> u(-1.f, 1.f);
+      std::vector<float> A(std::size_t(std::max<i64>(1, c.M * c.K))), B(std::size_t(std::max<i64>(1, c.K * c.N)));
+      for (float& v : A) v = u(rng);
+      for (float& v : B) v = u(rng);
+      std::vector<float> want(std::size_t(c.M * c.N)), C(std::size_t(c.M * c.N), -7.f);
+      gg::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.data(), lda, B.data(), ldb, 0.f, want.data(), c.N);
+      std::mutex mu;
+      std::vector<int> seen(std::size_t(c.M), 0);
+      int not_final = 0, bad_range = 0;
+      const gg::GemmRowsDone rows_done = [&](i64 r0, i64 r1) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (r0 < 0 || r1 > c.M || r0 >= r1) ++bad_range;
+        for (i64 r = std::max<i64>(r0, 0); r < std::min(r1, c.M); ++r) {
+          ++seen[std::size_t(r)];
+          for (i64 j = 0; j < c.N; ++j) not_final += C[std::size_t(r * c.N + j)] != want[std::size_t(r * c.N + j)];
+        }
+      };
+      gg::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), c.N, &rows_done);
+      CHECK(bad_range == 0);
+      CHECK(not_final == 0);
+      CHECK(std::count(seen.begin(), seen.end(), 1) == c.M);
+      CHECK(C == want);
+    }
   }
   gg::set_num_threads(saved);
 }
