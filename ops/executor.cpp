@@ -113,24 +113,27 @@ std::size_t Executor::epilogue_groups() const {
 // Which groups run as an epilogue: those with a transcendental member (erf, exp, tanh,
 // log), whose cost is computing rather than moving values. On the small GPT that is the
 // GELU after the MLP's first layer (whose separate pass ran only 1.3-1.6x faster on 2
-// threads than on 1): the step 0.5-2.4% faster on 2 threads on a Zen 5, the same on 1
+// threads than on 1): the step 0.2-2.6% faster on 2 threads on a Zen 5, the same on 1
 // (same-process A/B of the two plans). The layer norms after the projections measured no
-// faster (0.3-0.7% slower on 1 thread): their product's result, (768, 128), stays in cache
-// between the steps anyway. The GELU's gradient is not the next step after its product
-// (the weight gradient x^T @ dy runs between, reading the same dy); moved after it, the
-// step measured 0.5-0.7% slower. The medium GPT's step measured the same either way.
+// faster (0.3-0.7% slower on 1 thread), the q/k/v bias adds as epilogues of one member
+// 0.1-1.5% slower: their product's result, (768, 128), stays in cache between the steps
+// anyway. The GELU's gradient is not the next step after its product (the weight gradient
+// x^T @ dy runs between, reading the same dy): moved next to it, the step measured 0.5-0.7%
+// slower; run as its epilogue with the weight gradient still between, 0.6-1.2% slower. The
+// medium GPT's step measured the same either way.
 bool epilogue_worth(const FusedGroup& grp) {
   return std::any_of(grp.program.begin(), grp.program.end(), [](const FusedInstr& f) { return transcendental(f.op); });
 }
 
 // A fused group G runs as the epilogue of the matrix product P (ExecutorOptions::epilogue)
 // when P is one tall GEMM (ops/matmul.cpp: B a matrix, A not transposed) with rows of N
-// values, a whole number of registers, G reads P's value as it is, row for row (a row group
-// over rows of N, or a flat one over all of it), nothing but G's own members and views lies between P and G's root in
-// the order, and G reads nothing made after P. Neither is in a chain. G then runs on each
-// block of P's rows once the block is final, while P still reads its operands for other
-// rows: plan_memory keeps P's operands alive until G's place, so G's values never land on
-// them; everything else G writes is placed at G's place as before, after nothing but P ran.
+// values, a whole number of registers; G reads P's value as it is, row for row (a row group
+// over rows of N, or a flat one over all of it); nothing but G's own members, views and
+// leaves lies between P and G's root in the order; and G reads nothing made after P.
+// Neither is in a chain. G then runs on each block of P's rows once the block is final,
+// while P still reads its operands for other rows: plan_memory keeps P's operands alive
+// until G's place, so G's values never land on them; everything else G writes is placed at
+// G's place as before, after nothing but P ran.
 void Executor::plan_epilogues() {
   epilogue_for_.assign(std::size_t(g_.size()), -1);
   if (!epilogue_option_ || fusion_.groups.empty()) return;

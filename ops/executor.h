@@ -242,14 +242,14 @@ class Executor {
     std::vector<std::int64_t> axis_stride;
   };
   std::vector<InPlace> in_place_;
+  std::vector<char> in_place_step_;  // per node: a permute the chains do without
   // Per node of g_: for a matrix product, the root of the fused group run as its epilogue,
   // else -1 (plan_epilogues). Per step: the epilogue group's step of a product, else -1;
   // and whether a group's step is run by its product (then it only runs its checks).
-  bool epilogue_option_ = false;
+  bool epilogue_option_ = false;  // ExecutorOptions::epilogue
   std::vector<NodeId> epilogue_for_;
   std::vector<int> epilogue_step_;
   std::vector<char> by_epilogue_;
-  std::vector<char> in_place_step_;  // per node: a permute the chains do without
   // Per node of g_: its byte offset in its chain's per-thread scratch when only the chain's
   // pass over one slice reads it (no arena place), else -1. Run step by step (anomaly
   // mode), such values get full-size storage of their own (local_full_), made on demand.

@@ -100,9 +100,8 @@ struct RowLimits {
 // to the end) when given: the executor runs a batch slice of a group at a time that way
 // (begin must be a multiple of simd::width, which keeps every SIMD/scalar split, unless
 // the group's rows are whole registers; a matrix product's epilogue runs a row block at a
-// time that way). With
-// limits, a compiled row group computes only the rows' known-free parts (interpreted ones
-// run whole rows: the same values).
+// time that way). With limits, a compiled row group computes only the rows' known-free
+// parts (interpreted ones run whole rows: the same values).
 void run_fused(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored = {},
                std::int64_t begin = 0, std::int64_t end = -1, const RowLimits* limits = nullptr);
 
