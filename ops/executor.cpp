@@ -17,6 +17,7 @@
 
 #include <unistd.h>
 
+#include "ops/env.h"
 #include "ops/fuse_compiled.h"
 #include "ops/gemm.h"
 #include "ops/masked.h"
@@ -49,7 +50,6 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   if (options.fuse) {
     fusion_ = fuse_elementwise(g_, order_, read_after_steps());
   }
-  epilogue_option_ = options.epilogue;
   user_order_.assign(order_.size(), -1);
   for (NodeId id = 0; id < g.size(); ++id)
     if (const NodeId p = simplified_.map[std::size_t(id)]; p >= 0) {
@@ -61,30 +61,25 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   plan_locals();
   in_place_option_ = options.in_place;
   plan_in_place();
-  plan_epilogues();
+  plan_epilogues(options.epilogue);
   std::vector<std::size_t> offset;
   std::vector<NodeId> root;
   plan_memory(offset, root);
   bind_views(offset, root);
   make_steps();
-  bind_slices();
+  const std::vector<int> step_at = step_index();
+  bind_slices(step_at);
   epilogue_step_.assign(steps_.size(), -1);
   by_epilogue_.assign(steps_.size(), 0);
   for (std::size_t t = 0; t < steps_.size(); ++t)
-    if (const NodeId r = epilogue_for_[std::size_t(steps_[t].id)]; r >= 0 && steps_[t].group < 0)
-      for (std::size_t u = t + 1; u < steps_.size(); ++u)
-        if (steps_[u].id == r) {
-          epilogue_step_[t] = int(u);
-          by_epilogue_[u] = 1;
-          break;
-        }
-  plan_checks(step_of_);
+    if (const NodeId r = epilogue_for_[std::size_t(steps_[t].id)]; r >= 0) {
+      epilogue_step_[t] = step_at[std::size_t(r)];
+      by_epilogue_[std::size_t(step_at[std::size_t(r)])] = 1;
+    }
+  plan_checks(step_of_, step_at);
 }
 
-bool slice_by_default() {
-  const char* env = std::getenv("GG_SLICE");
-  return !(env && std::string(env) == "0");
-}
+bool slice_by_default() { return env_switch_on("GG_SLICE"); }
 
 std::vector<NodeId> Executor::read_after_steps() const {
   std::vector<NodeId> ids = outputs_;
@@ -92,19 +87,13 @@ std::vector<NodeId> Executor::read_after_steps() const {
   return ids;
 }
 
-bool in_place_by_default() {
-  const char* s = std::getenv("GG_IN_PLACE");
-  return !(s && std::string_view(s) == "0");
-}
+bool in_place_by_default() { return env_switch_on("GG_IN_PLACE"); }
 
 std::size_t Executor::in_place_permutes() const {
   return std::size_t(std::count(in_place_step_.begin(), in_place_step_.end(), 1));
 }
 
-bool epilogue_by_default() {
-  const char* env = std::getenv("GG_EPILOGUE");
-  return !(env && std::string(env) == "0");
-}
+bool epilogue_by_default() { return env_switch_on("GG_EPILOGUE"); }
 
 std::size_t Executor::epilogue_groups() const {
   return std::size_t(std::count(by_epilogue_.begin(), by_epilogue_.end(), 1));
@@ -134,9 +123,9 @@ bool epilogue_worth(const FusedGroup& grp) {
 // while P still reads its operands for other rows: plan_memory keeps P's operands alive
 // until G's place, so G's values never land on them; everything else G writes is placed at
 // G's place as before, after nothing but P ran.
-void Executor::plan_epilogues() {
+void Executor::plan_epilogues(bool on) {
   epilogue_for_.assign(std::size_t(g_.size()), -1);
-  if (!epilogue_option_ || fusion_.groups.empty()) return;
+  if (!on || fusion_.groups.empty()) return;
   std::vector<char> in_chain(order_.size(), 0);
   for (const SliceChain& c : chains_)
     for (std::size_t s = c.first; s <= c.last; ++s) in_chain[s] = 1;
@@ -183,10 +172,7 @@ void Executor::plan_epilogues() {
   }
 }
 
-bool masked_by_default() {
-  const char* env = std::getenv("GG_MASKED");
-  return !(env && std::string(env) == "0");
-}
+bool masked_by_default() { return env_switch_on("GG_MASKED"); }
 
 std::size_t Executor::chain_local_values() const {
   return std::size_t(std::count_if(local_off_.begin(), local_off_.end(), [](std::int64_t o) { return o >= 0; }));
@@ -488,19 +474,24 @@ void Executor::bind_locals_unsliced() {
   }
 }
 
+// Per node of g_: the index in steps_ of the step that computes it, or -1.
+std::vector<int> Executor::step_index() const {
+  std::vector<int> at(std::size_t(g_.size()), -1);
+  for (std::size_t t = 0; t < steps_.size(); ++t) at[std::size_t(steps_[t].id)] = int(t);
+  return at;
+}
+
 // The chains' steps: indices into steps_, and each step's per-slice views.
-void Executor::bind_slices() {
+void Executor::bind_slices(const std::vector<int>& step_at) {
   chain_at_.assign(steps_.size(), -1);
   if (chains_.empty()) return;
   // Per node: how a product may skip a mask's zeros; per group: the rows' parts to compute.
   MaskedPlan masked;
   if (masked_) masked = find_masked(g_, order_, read_after_steps(), fusion_);
-  std::vector<int> step_at(order_.size(), -1);  // position in order_ -> step index
-  for (std::size_t t = 0; t < steps_.size(); ++t) step_at[std::size_t(step_of_[std::size_t(steps_[t].id)])] = int(t);
   for (std::size_t ci = 0; ci < chains_.size(); ++ci) {
     SliceChain& c = chains_[ci];
-    c.first = std::size_t(step_at[c.first]);
-    c.last = std::size_t(step_at[c.last]);
+    c.first = std::size_t(step_at[std::size_t(order_[c.first])]);
+    c.last = std::size_t(step_at[std::size_t(order_[c.last])]);
     chain_at_[c.first] = int(ci);
     for (std::size_t t = c.first; t <= c.last; ++t) {
       const Step& st = steps_[t];
@@ -950,9 +941,7 @@ void Executor::bind_views(const std::vector<std::size_t>& offset, const std::vec
 }
 
 // Each value check of a planned node runs after the step that computes it (leaves: first).
-void Executor::plan_checks(const std::vector<int>& step_of) {
-  std::vector<int> step_index(std::size_t(g_.size()), -1);
-  for (std::size_t s = 0; s < steps_.size(); ++s) step_index[std::size_t(steps_[s].id)] = int(s);
+void Executor::plan_checks(const std::vector<int>& step_of, const std::vector<int>& step_index) {
   const auto& checks = g_.checks();
   for (std::size_t c = 0; c < checks.size(); ++c) {
     const std::size_t id = std::size_t(checks[c].node);

@@ -197,16 +197,17 @@ class Executor {
   void plan_slices();  // finds the chains (positions in order_), before plan_memory
   void plan_locals();  // the chains' values read only inside one slice's pass, before plan_memory
   void plan_in_place();  // the permutes the chains' products read or write in place, before plan_memory
-  void plan_epilogues();  // the groups run as a product's epilogue, before plan_memory
+  void plan_epilogues(bool on);  // the groups run as a product's epilogue, before plan_memory
   void bind_locals_unsliced();  // full-size storage for them and for in-place values, when a run goes step by step
-  void bind_slices();  // the chains' step indices and per-slice shapes, after make_steps
+  std::vector<int> step_index() const;  // per node of g_: its step's index, or -1 (after make_steps)
+  void bind_slices(const std::vector<int>& step_at);  // the chains' step indices and per-slice shapes, after make_steps
   void run_chain(const SliceChain& c);
   // Asks for the lines step t of chain c reads from outside the chain for `slice` (idx: scratch for its multi-index).
   void prefetch_slice(const SliceChain& c, std::size_t t, std::int64_t slice, std::vector<std::int64_t>& idx) const;
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
   void bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root);
   void make_steps();
-  void plan_checks(const std::vector<int>& step_of);
+  void plan_checks(const std::vector<int>& step_of, const std::vector<int>& step_index);
   void run_check(std::size_t c) const;
   NodeId planned_id(NodeId user_id) const;
   // The outputs and the checked nodes: values read after their step (by the caller or a
@@ -246,7 +247,6 @@ class Executor {
   // Per node of g_: for a matrix product, the root of the fused group run as its epilogue,
   // else -1 (plan_epilogues). Per step: the epilogue group's step of a product, else -1;
   // and whether a group's step is run by its product (then it only runs its checks).
-  bool epilogue_option_ = false;  // ExecutorOptions::epilogue
   std::vector<NodeId> epilogue_for_;
   std::vector<int> epilogue_step_;
   std::vector<char> by_epilogue_;

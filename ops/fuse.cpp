@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "ops/elementwise_fn.h"
+#include "ops/env.h"
 #include "ops/fuse_compiled.h"
 #include "ops/parallel.h"
 #include "ops/simd.h"
@@ -539,9 +540,6 @@ void run_fused_interpreted(const FusedGroup& group, std::span<const View> in, Vi
   else run_rows(group, in, out, stored, begin, end);
 }
 
-bool fuse_by_default() {
-  const char* env = std::getenv("GG_FUSE");
-  return !(env && std::string(env) == "0");
-}
+bool fuse_by_default() { return env_switch_on("GG_FUSE"); }
 
 }  // namespace gg

@@ -37,6 +37,8 @@
 #include <sched.h>
 #endif
 
+#include "ops/env.h"
+
 namespace gg {
 namespace {
 
@@ -293,10 +295,7 @@ class Shares {
   std::vector<double> share_;  // fixed, or learned over all jobs
   std::map<std::pair<std::int64_t, std::int64_t>, std::vector<double>> kinds_;  // (n, grain) -> learned shares
   bool fixed_ = false;
-  bool enabled_ = [] {
-    const char* s = std::getenv("GG_SHARES");
-    return !(s && std::string_view(s) == "0");
-  }();
+  bool enabled_ = env_switch_on("GG_SHARES");
 };
 
 Shares& shares() {  // used under pool_mu

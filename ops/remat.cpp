@@ -18,6 +18,8 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "ops/env.h"
+
 namespace gg {
 namespace {
 
@@ -169,10 +171,7 @@ struct Planner {
 
 }  // namespace
 
-bool remat_by_default() {
-  const char* v = std::getenv("GG_REMAT");
-  return !(v && std::string_view(v) == "0");
-}
+bool remat_by_default() { return env_switch_on("GG_REMAT"); }
 
 Rematerialized rematerialize(const Graph& g, const std::vector<NodeId>& roots, const RematOptions& options) {
   for (NodeId r : roots)

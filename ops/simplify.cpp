@@ -14,6 +14,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "ops/env.h"
 #include "ops/op_rule.h"
 
 namespace gg {
@@ -137,10 +138,7 @@ NodeId identity_of(const Graph& t, const Node& n, std::vector<NodeId>& ins, Attr
 
 }  // namespace
 
-bool simplify_by_default() {
-  const char* v = std::getenv("GG_SIMPLIFY");
-  return !(v && std::string_view(v) == "0");
-}
+bool simplify_by_default() { return env_switch_on("GG_SIMPLIFY"); }
 
 Simplified simplify(const Graph& g, const std::vector<NodeId>& roots, const SimplifyOptions& options) {
   for (NodeId r : roots)
