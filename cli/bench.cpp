@@ -272,6 +272,64 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
              ratios[ratios.size() / 2], ratios.size(), ratios.front(), ratios.back());
 }
 
+// ---- one plan against another, in one process ----------------------------------------------
+
+// --ab: the options with the named planning switches off (ops/executor.h), or an InputError
+// that names the unknown switch and lists the others.
+ExecutorOptions ab_options(const std::string& list, ExecutorOptions o) {
+  std::size_t from = 0;
+  for (;;) {
+    const std::size_t comma = list.find(',', from);
+    const std::string name = list.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+    if (!set_executor_switch(o, name, false))
+      throw InputError(fmt::format("--ab: '{}' is not a planning switch (the switches: {})", name,
+                                   fmt::join(executor_switch_names(), ", ")));
+    if (comma == std::string::npos) return o;
+    from = comma + 1;
+  }
+}
+
+// The model's training plan with its current options against one with `without`'s, over the
+// same parameters and batch: `steps` steps of each in blocks of 5, alternating as with, without,
+// without, with, ... (so a drift of the machine's speed falls on both), after `warmup` steps of
+// the new plan.
+// The host's speed moves by several percent from one minute to the next here, so two runs
+// can only tell apart what differs by more; paired blocks a few milliseconds apart tell apart
+// a few tenths of a percent.
+void ab_compare(train::Model& m, const train::Batch& batch, const ExecutorOptions& without, int steps, int warmup,
+                const std::function<void()>& step) {
+  const ExecutorOptions with = m.plan_options();
+  m.set_plan_options(without);
+  const Executor& other = m.plan_for(batch, /*training=*/true);
+  fmt::print("ab_without {} (arena {:.1f} MiB)\n", switches_off(without), double(other.arena_bytes()) / (1 << 20));
+  for (int i = 0; i < warmup; ++i) step();
+  constexpr int block = 5;
+  std::vector<double> ms[2], ratios;  // ms[0]: with, ms[1]: without
+  for (int pair = 0; pair < steps / block; ++pair) {
+    double med[2] = {0, 0};
+    for (int half = 0; half < 2; ++half) {
+      const int k = pair % 2 ? 1 - half : half;
+      m.set_plan_options(k ? without : with);
+      std::vector<double> b;
+      for (int i = 0; i < block; ++i) {
+        const auto t0 = clock_type::now();
+        step();
+        b.push_back(ms_since(t0));
+      }
+      ms[k].insert(ms[k].end(), b.begin(), b.end());
+      med[k] = median(b);
+    }
+    ratios.push_back(med[1] / med[0]);
+  }
+  m.set_plan_options(with);
+  std::sort(ratios.begin(), ratios.end());
+  fmt::print("ab_ms_per_step with {:.3f}, without {:.3f} (medians of {} steps each, in blocks of {} alternating)\n",
+             median(ms[0]), median(ms[1]), ms[0].size(), block);
+  fmt::print("ab_ratio {:.4f} (without / with: the median of {} paired blocks' ratios, quartiles {:.4f}-{:.4f}; above 1: "
+             "the switched-off passes make the step faster)\n",
+             median(ratios), ratios.size(), ratios[ratios.size() / 4], ratios[ratios.size() * 3 / 4]);
+}
+
 // ---- the benchmark -----------------------------------------------------------------------
 
 int run_bench(const BenchCommand& a) {
@@ -285,6 +343,8 @@ int run_bench(const BenchCommand& a) {
   if (a.steps < 1) throw InputError(fmt::format("--steps must be >= 1, got {}", a.steps));
   if (a.warmup < 0) throw InputError(fmt::format("--warmup must be >= 0, got {}", a.warmup));
   if (a.batch < 1) throw InputError(fmt::format("--batch must be >= 1, got {}", a.batch));
+  if (a.ab_steps < 10) throw InputError(fmt::format("--ab-steps must be >= 10 (two blocks of 5 steps of each plan), got {}", a.ab_steps));
+  const ExecutorOptions ab_without = a.ab.empty() ? ExecutorOptions{} : ab_options(a.ab, ExecutorOptions{});
   const models::GptConfig c = models::load_gpt_config(a.config);
   const std::int64_t B = a.batch, T = a.seq > 0 ? a.seq : c.block_size;
   if (T > c.block_size)
@@ -350,8 +410,10 @@ int run_bench(const BenchCommand& a) {
   fmt::print("load_average {:.2f} (1 minute, {} CPUs: above 0 means other work shared the machine)\n", load_average(),
              std::thread::hardware_concurrency());
 
+  if (!a.ab.empty()) ab_compare(m, batch, ab_without, a.ab_steps, a.warmup, [&] { step(nullptr); });
+
   // Where the time goes: the executor's per-op totals over profiled steps.
-  Executor& train_plan = m.last_train_plan();
+  Executor& train_plan = m.plan_for(batch, /*training=*/true);
   train_plan.set_profile(true);
   for (int i = 0; i < a.profile_steps; ++i) step(nullptr);
   train_plan.set_profile(false);
@@ -395,6 +457,10 @@ void BenchCommand::add_to(CLI::App& app) {
                   "After the sweep, rounds of gradgraph then PyTorch's best setting back to back (the median ratio)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ab", ab,
+                  "Also time the plan with these planning switches off (comma-separated: simplify, remat, fuse, slice, "
+                  "masked, in-place, epilogue) against the default one, alternating blocks of 5 steps in this process");
+  cmd->add_option("--ab-steps", ab_steps, "Steps of each plan in the --ab comparison")->capture_default_str();
   cmd->add_option("--torch-script", torch_script, "The PyTorch peer script (default: bench/torch_bench.py in the source tree)");
 }
 

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fuse.h"
@@ -67,6 +68,15 @@ struct ExecutorOptions {
   // Values are unchanged bit for bit. Off with GG_EPILOGUE=0, or here.
   bool epilogue = epilogue_by_default();
 };
+
+// The switches above by name ("simplify", "remat", "fuse", "slice", "masked", "in-place",
+// "epilogue"), for tools that set them from a command line or compare two plans of one model
+// (gradgraph bench --ab).
+const std::vector<std::string>& executor_switch_names();
+// Sets the switch called `name`; false (and o unchanged) when there is none.
+bool set_executor_switch(ExecutorOptions& o, std::string_view name, bool on);
+// The switches that are off, by name ("" when all are on): options as a plan's key or label.
+std::string switches_off(const ExecutorOptions& o);
 
 class Executor {
  public:

@@ -117,7 +117,7 @@ void Model::init_params(std::uint64_t seed) {
 }
 
 Model::Plan& Model::plan(const Batch& b, bool training) {
-  const std::string key = plan_key(b, training);
+  const std::string key = plan_key(b, training) + "|off:" + switches_off(plan_options_);
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();
   p->training = training;
@@ -146,7 +146,7 @@ Model::Plan& Model::plan(const Batch& b, bool training) {
     p->grads = grad(*p->g, p->outs.loss.id, wrt);
     outs.insert(outs.end(), p->grads.begin(), p->grads.end());
   }
-  p->ex = std::make_unique<Executor>(*p->g, outs, params_);
+  p->ex = std::make_unique<Executor>(*p->g, outs, params_, 0, plan_options_);
   if (detect_anomaly_) p->ex->set_detect_anomaly(true);
   return *plans_.emplace(key, std::move(p)).first->second;
 }
@@ -196,6 +196,8 @@ View Model::train_output(const std::string& name) const {
 }
 
 Executor& Model::plan_for(const Batch& b, bool training) { return *plan(b, training).ex; }
+
+void Model::set_plan_options(const ExecutorOptions& o) { plan_options_ = o; }
 
 void Model::set_detect_anomaly(bool on) {
   detect_anomaly_ = on;

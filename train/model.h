@@ -105,6 +105,11 @@ class Model {
   Executor& last_train_plan();
   // The plan for a batch's shapes (built and cached if new), without running it.
   Executor& plan_for(const Batch& b, bool training);
+  // The planning options of the plans used from now on (ops/executor.h; by default the
+  // environment's switches). A plan is cached per batch shapes and options, so a tool can
+  // alternate two plans of one model over the same parameters (gradgraph bench --ab).
+  void set_plan_options(const ExecutorOptions& o);
+  const ExecutorOptions& plan_options() const { return plan_options_; }
 
   // Anomaly mode for every plan, built or to be built: the first node whose output holds a
   // NaN (or makes an Inf) stops the run with a GraphError naming it (ops/executor.h).
@@ -129,6 +134,7 @@ class Model {
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   Plan* last_train_ = nullptr;
   bool detect_anomaly_ = false;
+  ExecutorOptions plan_options_;
   std::mt19937_64 rng_{0};
 };
 

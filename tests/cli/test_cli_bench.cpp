@@ -91,3 +91,33 @@ TEST_CASE("cli: bench without --config, or with a sequence past block_size, is o
     CHECK(contains(r.err, "gradgraph: error:"));
   }
 }
+
+TEST_CASE("cli: bench --ab times the plan with planning switches off against the default one, in one run") {
+  TempDir d;
+  const Result r = run("bench --config " + quote(tiny_config(d)) +
+                       " --batch 2 --seq 3 --steps 1 --warmup 1 --profile-steps 1 --threads 1 --ab epilogue,fuse --ab-steps 10");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.err.empty());
+  CHECK(contains(r.out, "ab_without fuse,epilogue (arena "));  // in the order the passes run
+  CHECK(contains(r.out, "(medians of 10 steps each, in blocks of 5 alternating)"));
+  CHECK(number_after(r.out, "ab_ratio") > 0);
+  CHECK(contains(r.out, "per-op profile over 1 profiled"));  // the default plan again after the comparison
+  CHECK(contains(r.out, "fused"));
+}
+
+TEST_CASE("cli: bench --ab with an unknown switch, or too few steps, is one error line naming it") {
+  TempDir d;
+  const std::string base = "bench --config " + quote(tiny_config(d)) + " --batch 1 --steps 1 --warmup 0 --profile-steps 0";
+  const Result r = run(base + " --ab epilogue,fusion");
+  INFO("stderr: " << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err_lines() == 1);
+  CHECK(contains(r.err, "--ab: 'fusion' is not a planning switch (the switches: simplify, remat, fuse, slice, masked, "
+                        "in-place, epilogue)"));
+  CHECK(!contains(r.out, "ms_per_step"));  // refused before any step
+  const Result s = run(base + " --ab fuse --ab-steps 9");
+  CHECK(s.status == 1);
+  CHECK(s.err_lines() == 1);
+  CHECK(contains(s.err, "--ab-steps must be >= 10 (two blocks of 5 steps of each plan), got 9"));
+}

@@ -435,3 +435,21 @@ TEST_CASE("aligned allocations: 64-byte and, from 2 MB on, 2 MB alignment; a siz
   CHECK_THROWS_AS(aligned_alloc_large(SIZE_MAX), std::bad_alloc);
   CHECK_THROWS_AS(aligned_alloc_large(SIZE_MAX - 100), std::bad_alloc);
 }
+
+TEST_CASE("planning switches by name: every one settable, unknown names refused") {
+  gg::ExecutorOptions o;
+  for (const std::string& name : gg::executor_switch_names()) {
+    gg::ExecutorOptions one;
+    for (const std::string& n : gg::executor_switch_names()) REQUIRE(gg::set_executor_switch(one, n, true));
+    CHECK(gg::switches_off(one).empty());
+    REQUIRE(gg::set_executor_switch(one, name, false));
+    CHECK(gg::switches_off(one) == name);
+    CHECK(gg::set_executor_switch(o, name, false));
+  }
+  CHECK(gg::switches_off(o) == "simplify,remat,fuse,slice,masked,in-place,epilogue");
+  CHECK(!o.simplify);
+  CHECK(!o.epilogue);
+  const gg::ExecutorOptions before = o;
+  CHECK(!gg::set_executor_switch(o, "fusion", true));
+  CHECK(gg::switches_off(o) == gg::switches_off(before));
+}

@@ -137,3 +137,33 @@ TEST_CASE("load_params lists every missing, unexpected and mis-shaped tensor, co
   train::load_params(ps, t, table, "w.safetensors");
   CHECK(ps.all().size() == 3);
 }
+
+TEST_CASE("Model: plan options pick the plan, cached per options, over the same parameters") {
+  // fc2(gelu(fc1(x))): the GELU runs as fc1's epilogue and fused by default.
+  train::Model m("mlp", [](train::ModelInputs& in) {
+    Expr h = gelu(linear(in["x"], 16, "fc1"));
+    Expr pred = linear(h, 2, "fc2");
+    return train::ModelOutputs{mean_all((pred - in["y"]) * (pred - in["y"])), {}};
+  });
+  m.declare(batch(8));
+  m.init_params(3);
+  const ExecutorOptions defaults = m.plan_options();
+  const double loss = m.forward_backward(batch(8));
+  Executor* const first = &m.last_train_plan();
+  std::vector<std::vector<float>> grads;
+  for (const ParamGrad& g : m.grads()) grads.emplace_back(g.grad.begin(), g.grad.end());
+
+  ExecutorOptions off = defaults;
+  REQUIRE(set_executor_switch(off, "epilogue", false));
+  REQUIRE(set_executor_switch(off, "fuse", false));
+  CHECK(switches_off(off) == "fuse,epilogue");
+  m.set_plan_options(off);
+  CHECK(m.forward_backward(batch(8)) == loss);  // these passes keep every bit
+  CHECK(&m.last_train_plan() != first);
+  std::size_t i = 0;
+  for (const ParamGrad& g : m.grads()) CHECK(std::vector<float>(g.grad.begin(), g.grad.end()) == grads[i++]);
+
+  m.set_plan_options(defaults);
+  CHECK(m.forward_backward(batch(8)) == loss);
+  CHECK(&m.last_train_plan() == first);  // cached, not planned again
+}
