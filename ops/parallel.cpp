@@ -85,7 +85,7 @@ class Pool {
   }
 
   // Runs job(t) for t in [0, size) with thread t == 0 being the caller.
-  void run(const std::function<void(int)>& job) {
+  void run(FunctionRef<void(int)> job) {
     pin_workers();
     job_.store(&job, std::memory_order_relaxed);
     pending_.store(size_ - 1, std::memory_order_relaxed);
@@ -178,7 +178,7 @@ class Pool {
   std::mutex mu_;
   std::condition_variable cv_, done_cv_;
   int sleepers_ = 0;  // workers blocked (or about to block) on cv_; guarded by mu_
-  std::atomic<const std::function<void(int)>*> job_{nullptr};
+  std::atomic<const FunctionRef<void(int)>*> job_{nullptr};
   std::atomic<int> pending_{0};
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<bool> stopping_{false};
@@ -331,8 +331,7 @@ std::vector<double> thread_shares() {
   return shares().get();
 }
 
-void parallel_for(std::int64_t n, std::int64_t grain,
-                  const std::function<void(std::int64_t, std::int64_t)>& body) {
+void parallel_for(std::int64_t n, std::int64_t grain, FunctionRef<void(std::int64_t, std::int64_t)> body) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(1, grain);
   if (Pool::in_worker) {  // nested: serial, before touching pool_mu (held by the outer job)
