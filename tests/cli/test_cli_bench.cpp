@@ -32,15 +32,21 @@ std::string tiny_config(const TempDir& d) {
   return path;
 }
 
+// `gradgraph bench` on the tiny config with `args`: it must succeed, with nothing on stderr.
+Result bench_tiny(const TempDir& d, const std::string& args) {
+  const Result r = run("bench --config " + quote(tiny_config(d)) + " " + args);
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.err.empty());
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("cli: bench prints the step time, throughput, FLOPs, peak fraction, memory and profile") {
   TempDir d;
-  const Result r = run("bench --config " + quote(tiny_config(d)) +
-                       " --batch 2 --seq 3 --steps 2 --warmup 1 --profile-steps 1 --threads 1");
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  CHECK(r.status == 0);
-  CHECK(r.err.empty());
+  const Result r = bench_tiny(d, "--batch 2 --seq 3 --steps 2 --warmup 1 --profile-steps 1 --threads 1");
+  INFO("stdout: " << r.out);
   for (const char* key : {"ms_per_step", "tokens_per_s", "gflops", "fraction_of_peak", "peak_rss_mib", "arena_bytes",
                           "peak_gflops", "peak_gflops_per_core"}) {
     INFO(key);
@@ -94,11 +100,9 @@ TEST_CASE("cli: bench without --config, or with a sequence past block_size, is o
 
 TEST_CASE("cli: bench --ab times the plan with planning switches off against the default one, in one run") {
   TempDir d;
-  const Result r = run("bench --config " + quote(tiny_config(d)) +
-                       " --batch 2 --seq 3 --steps 1 --warmup 1 --profile-steps 1 --threads 1 --ab epilogue,fuse --ab-steps 10");
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  CHECK(r.status == 0);
-  CHECK(r.err.empty());
+  const Result r =
+      bench_tiny(d, "--batch 2 --seq 3 --steps 1 --warmup 1 --profile-steps 1 --threads 1 --ab epilogue,fuse --ab-steps 10");
+  INFO("stdout: " << r.out);
   CHECK(contains(r.out, "ab_without fuse,epilogue (arena "));  // in the order the passes run
   CHECK(contains(r.out, "(medians of 10 steps each, in blocks of 5 alternating)"));
   CHECK(number_after(r.out, "ab_ratio") > 0);
