@@ -292,10 +292,9 @@ ExecutorOptions ab_options(const std::string& list, ExecutorOptions o) {
 // The model's training plan with its current options against one with `without`'s, over the
 // same parameters and batch: `steps` steps of each in blocks of 5, alternating as with, without,
 // without, with, ... (so a drift of the machine's speed falls on both), after `warmup` steps of
-// the new plan.
-// The host's speed moves by several percent from one minute to the next here, so two runs
-// can only tell apart what differs by more; paired blocks a few milliseconds apart tell apart
-// a few tenths of a percent.
+// the new plan. The host's speed moves by several percent from one minute to the next here,
+// so two runs can only tell apart what differs by more; paired blocks a few milliseconds
+// apart tell apart a few tenths of a percent.
 void ab_compare(train::Model& m, const train::Batch& batch, const ExecutorOptions& without, int steps, int warmup,
                 const std::function<void()>& step) {
   const ExecutorOptions with = m.plan_options();
@@ -343,7 +342,8 @@ int run_bench(const BenchCommand& a) {
   if (a.steps < 1) throw InputError(fmt::format("--steps must be >= 1, got {}", a.steps));
   if (a.warmup < 0) throw InputError(fmt::format("--warmup must be >= 0, got {}", a.warmup));
   if (a.batch < 1) throw InputError(fmt::format("--batch must be >= 1, got {}", a.batch));
-  if (a.ab_steps < 10) throw InputError(fmt::format("--ab-steps must be >= 10 (two blocks of 5 steps of each plan), got {}", a.ab_steps));
+  if (a.ab_steps < 10)
+    throw InputError(fmt::format("--ab-steps must be >= 10 (two blocks of 5 steps of each plan), got {}", a.ab_steps));
   const ExecutorOptions ab_without = a.ab.empty() ? ExecutorOptions{} : ab_options(a.ab, ExecutorOptions{});
   const models::GptConfig c = models::load_gpt_config(a.config);
   const std::int64_t B = a.batch, T = a.seq > 0 ? a.seq : c.block_size;

@@ -38,7 +38,9 @@ class FunctionRef<R(Args...)> {
   template <class F, class = std::enable_if_t<!std::is_same_v<std::remove_cvref_t<F>, FunctionRef>>>
   FunctionRef(F&& f) noexcept  // NOLINT: converts implicitly, as std::function does
       : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
-        call_([](void* o, Args... a) -> R { return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(a)...); }) {}
+        call_([](void* o, Args... a) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(a)...);
+        }) {}
   R operator()(Args... a) const { return call_(obj_, std::forward<Args>(a)...); }
 
  private:
