@@ -276,17 +276,12 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
 
 // --ab: the options with the named planning switches off (ops/executor.h), or an InputError
 // that names the unknown switch and lists the others.
-ExecutorOptions ab_options(const std::string& list, ExecutorOptions o) {
-  std::size_t from = 0;
-  for (;;) {
-    const std::size_t comma = list.find(',', from);
-    const std::string name = list.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+ExecutorOptions ab_options(const std::vector<std::string>& names, ExecutorOptions o) {
+  for (const std::string& name : names)
     if (!set_executor_switch(o, name, false))
       throw InputError(fmt::format("--ab: '{}' is not a planning switch (the switches: {})", name,
                                    fmt::join(executor_switch_names(), ", ")));
-    if (comma == std::string::npos) return o;
-    from = comma + 1;
-  }
+  return o;
 }
 
 // The model's training plan with its current options against one with `without`'s, over the
@@ -459,7 +454,8 @@ void BenchCommand::add_to(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--ab", ab,
                   "Also time the plan with these planning switches off (comma-separated: simplify, remat, fuse, slice, "
-                  "masked, in-place, epilogue) against the default one, alternating blocks of 5 steps in this process");
+                  "masked, in-place, epilogue) against the default one, alternating blocks of 5 steps in this process")
+      ->delimiter(',');
   cmd->add_option("--ab-steps", ab_steps, "Steps of each plan in the --ab comparison")->capture_default_str();
   cmd->add_option("--torch-script", torch_script, "The PyTorch peer script (default: bench/torch_bench.py in the source tree)");
 }
