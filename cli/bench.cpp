@@ -274,40 +274,74 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
 
 // ---- one plan against another, in one process ----------------------------------------------
 
-// --ab: the options with the named planning switches off (ops/executor.h), or an InputError
-// that names the unknown switch and lists the others.
-ExecutorOptions ab_options(const std::vector<std::string>& names, ExecutorOptions o) {
-  for (const std::string& name : names)
-    if (!set_executor_switch(o, name, false))
+// The other side of an --ab / --without comparison: its planning options, the kinds of the
+// plan's work it leaves out (ops/executor.h's SkipWork, timing only), and whether it runs
+// clipping and AdamW.
+struct AbSide {
+  ExecutorOptions options;
+  unsigned skip = 0;
+  bool optimizer = true;
+  std::string label;  // "epilogue", "left out: groups,optimizer (timing only: ...)", ...
+};
+
+// --ab's names: planning switches turned off; --without's: kinds of work left out ("optimizer"
+// being clipping and AdamW). An unknown name is an InputError that lists the known ones.
+AbSide ab_side(const std::vector<std::string>& ab, const std::vector<std::string>& without) {
+  AbSide side;
+  for (const std::string& name : ab)
+    if (!set_executor_switch(side.options, name, false))
       throw InputError(fmt::format("--ab: '{}' is not a planning switch (the switches: {})", name,
                                    fmt::join(executor_switch_names(), ", ")));
-  return o;
+  side.label = switches_off(side.options);
+  std::vector<std::string> known;
+  for (const auto& [name, kind] : skip_work_names()) known.push_back(name);
+  known.push_back("optimizer");
+  for (const std::string& name : without) {
+    const auto it = std::find(known.begin(), known.end(), name);
+    if (it == known.end())
+      throw InputError(fmt::format("--without: '{}' is not a kind of work (the kinds: {})", name, fmt::join(known, ", ")));
+    if (name == "optimizer")
+      side.optimizer = false;
+    else
+      side.skip |= skip_work_names()[std::size_t(it - known.begin())].second;
+  }
+  if (!without.empty())
+    side.label += fmt::format("{}left out: {} (timing only: the values are wrong)", side.label.empty() ? "" : "; ",
+                              fmt::join(without, ","));
+  return side;
 }
 
-// The model's training plan with its current options against one with `without`'s, over the
-// same parameters and batch: `steps` steps of each in blocks of 5, alternating as with, without,
-// without, with, ... (so a drift of the machine's speed falls on both), after `warmup` steps of
-// the new plan. The host's speed moves by several percent from one minute to the next here,
-// so two runs can only tell apart what differs by more; paired blocks a few milliseconds
-// apart tell apart a few tenths of a percent.
-void ab_compare(train::Model& m, const train::Batch& batch, const ExecutorOptions& without, int steps, int warmup,
-                const std::function<void()>& step) {
+// The model's training step as it is against `other`'s (other planning options, work left
+// out), over the same parameters and batch: `steps` steps of each in blocks of 5,
+// alternating as with, without, without, with, ... (so a drift of the machine's speed falls
+// on both), after `warmup` steps of the other side. The host's speed moves by several
+// percent from one minute to the next here, so two runs can only tell apart what differs by
+// more; paired blocks a few milliseconds apart tell apart a few tenths of a percent.
+// step(optimizer): one training step, with or without clipping and AdamW.
+void ab_compare(train::Model& m, const train::Batch& batch, const AbSide& other, int steps, int warmup,
+                const std::function<void(bool)>& step) {
   const ExecutorOptions with = m.plan_options();
-  m.set_plan_options(without);
-  const Executor& other = m.plan_for(batch, /*training=*/true);
-  fmt::print("ab_without {} (arena {:.1f} MiB)\n", switches_off(without), double(other.arena_bytes()) / (1 << 20));
-  for (int i = 0; i < warmup; ++i) step();
+  auto side = [&](bool without) {  // the plan of one side, set up to run
+    m.set_plan_options(without ? other.options : with);
+    Executor& plan = m.plan_for(batch, /*training=*/true);
+    plan.set_skip_for_timing(without ? other.skip : 0u);
+    return without && !other.optimizer;
+  };
+  side(true);
+  fmt::print("ab_without {} (arena {:.1f} MiB)\n", other.label,
+             double(m.plan_for(batch, /*training=*/true).arena_bytes()) / (1 << 20));
+  for (int i = 0; i < warmup; ++i) step(other.optimizer);
   constexpr int block = 5;
   std::vector<double> ms[2], ratios;  // ms[0]: with, ms[1]: without
   for (int pair = 0; pair < steps / block; ++pair) {
     double med[2] = {0, 0};
     for (int half = 0; half < 2; ++half) {
       const int k = pair % 2 ? 1 - half : half;
-      m.set_plan_options(k ? without : with);
+      const bool no_optimizer = side(k == 1);
       std::vector<double> b;
       for (int i = 0; i < block; ++i) {
         const auto t0 = clock_type::now();
-        step();
+        step(!no_optimizer);
         b.push_back(ms_since(t0));
       }
       ms[k].insert(ms[k].end(), b.begin(), b.end());
@@ -315,12 +349,14 @@ void ab_compare(train::Model& m, const train::Batch& batch, const ExecutorOption
     }
     ratios.push_back(med[1] / med[0]);
   }
-  m.set_plan_options(with);
+  side(true);
+  m.plan_for(batch, /*training=*/true).set_skip_for_timing(0);  // a cached plan keeps no skips
+  side(false);
   std::sort(ratios.begin(), ratios.end());
   fmt::print("ab_ms_per_step with {:.3f}, without {:.3f} (medians of {} steps each, in blocks of {} alternating)\n",
              median(ms[0]), median(ms[1]), ms[0].size(), block);
   fmt::print("ab_ratio {:.4f} (without / with: the median of {} paired blocks' ratios, quartiles {:.4f}-{:.4f}; above 1: "
-             "the switched-off passes make the step faster)\n",
+             "the step is faster with what was switched off; below 1: what was left out costs 1 - ratio of it)\n",
              median(ratios), ratios.size(), ratios[ratios.size() / 4], ratios[ratios.size() * 3 / 4]);
 }
 
@@ -339,7 +375,7 @@ int run_bench(const BenchCommand& a) {
   if (a.batch < 1) throw InputError(fmt::format("--batch must be >= 1, got {}", a.batch));
   if (a.ab_steps < 10)
     throw InputError(fmt::format("--ab-steps must be >= 10 (two blocks of 5 steps of each plan), got {}", a.ab_steps));
-  const ExecutorOptions ab_without = a.ab.empty() ? ExecutorOptions{} : ab_options(a.ab, ExecutorOptions{});
+  const AbSide ab_other = ab_side(a.ab, a.without);
   const models::GptConfig c = models::load_gpt_config(a.config);
   const std::int64_t B = a.batch, T = a.seq > 0 ? a.seq : c.block_size;
   if (T > c.block_size)
@@ -369,10 +405,11 @@ int run_bench(const BenchCommand& a) {
   const FmaPeak peak = print_peak(cpu);
 
   // One training step as train/trainer.cpp takes it (constant lr; the schedule costs nothing).
-  auto step = [&](double* fb_ms) {
+  auto step = [&](double* fb_ms, bool optimizer = true) {
     const auto t0 = clock_type::now();
     m.forward_backward(batch);
     if (fb_ms) *fb_ms = ms_since(t0);
+    if (!optimizer) return;
     std::vector<ParamGrad> pg = m.grads();
     opt.step(pg, 1e-3, clip_scale(grad_norm(pg), 1.0));  // clipping folded into the update, as fit() does
   };
@@ -405,7 +442,8 @@ int run_bench(const BenchCommand& a) {
   fmt::print("load_average {:.2f} (1 minute, {} CPUs: above 0 means other work shared the machine)\n", load_average(),
              std::thread::hardware_concurrency());
 
-  if (!a.ab.empty()) ab_compare(m, batch, ab_without, a.ab_steps, a.warmup, [&] { step(nullptr); });
+  if (!a.ab.empty() || !a.without.empty())
+    ab_compare(m, batch, ab_other, a.ab_steps, a.warmup, [&](bool optimizer) { step(nullptr, optimizer); });
 
   // Where the time goes: the executor's per-op totals over profiled steps.
   Executor& train_plan = m.plan_for(batch, /*training=*/true);
@@ -456,7 +494,12 @@ void BenchCommand::add_to(CLI::App& app) {
                   "Also time the plan with these planning switches off (comma-separated: simplify, remat, fuse, slice, "
                   "masked, in-place, epilogue) against the default one, alternating blocks of 5 steps in this process")
       ->delimiter(',');
-  cmd->add_option("--ab-steps", ab_steps, "Steps of each plan in the --ab comparison")->capture_default_str();
+  cmd->add_option("--without", without,
+                  "Timing only: also time the step with these kinds of work left out (comma-separated: products, "
+                  "groups, ops, chain-products, chain-groups, optimizer), in the --ab comparison; what is left out "
+                  "writes nothing, so the values are wrong")
+      ->delimiter(',');
+  cmd->add_option("--ab-steps", ab_steps, "Steps of each side in the --ab / --without comparison")->capture_default_str();
   cmd->add_option("--torch-script", torch_script, "The PyTorch peer script (default: bench/torch_bench.py in the source tree)");
 }
 

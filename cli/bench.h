@@ -15,7 +15,8 @@ namespace gg::cli {
 
 struct BenchCommand {
   std::string config, torch_script;
-  std::vector<std::string> ab;  // --ab: planning switches to turn off in the comparison
+  std::vector<std::string> ab;       // --ab: planning switches to turn off in the comparison
+  std::vector<std::string> without;  // --without: kinds of work left out of it (timing only)
   std::int64_t batch = 12, seq = 0;  // seq 0: the config's block_size
   int steps = 20, warmup = 3, threads = 0, profile_steps = 5, profile_top = 0, torch_steps = 0, rounds = 3, ab_steps = 400;
   bool peak = false, compare_torch = false;

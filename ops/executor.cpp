@@ -132,6 +132,15 @@ std::string switches_off(const ExecutorOptions& o) {
   return off;
 }
 
+const std::vector<std::pair<std::string, unsigned>>& skip_work_names() {
+  static const std::vector<std::pair<std::string, unsigned>> names = {{"products", skip_products},
+                                                                      {"groups", skip_groups},
+                                                                      {"ops", skip_ops},
+                                                                      {"chain-products", skip_chain_products},
+                                                                      {"chain-groups", skip_chain_groups}};
+  return names;
+}
+
 std::size_t Executor::epilogue_groups() const {
   return std::size_t(std::count(by_epilogue_.begin(), by_epilogue_.end(), 1));
 }
@@ -681,6 +690,7 @@ void Executor::run_chain(const SliceChain& c) {
         const Step& st = steps_[t];
         const SliceStep& ss = c.steps[t - c.first];
         if (i + 1 < e) prefetch_slice(c, t, i + 1, next_idx);
+        if (skip_ && !detect_anomaly_ && skipped(st, skip_, /*in_chain=*/true)) continue;
         if (st.group >= 0) {
           const FusedGroup& grp = fusion_.groups[std::size_t(st.group)];
           if (!ss.any_local) {
@@ -1057,6 +1067,7 @@ void Executor::run() {
     ++profiled_runs_;
   }
   if (detect_anomaly_ && !chains_.empty()) bind_locals_unsliced();  // its chains run step by step
+  const unsigned skip = detect_anomaly_ ? 0u : skip_;
   for (std::size_t t = 0; t < steps_.size(); ++t) {
     if (!chain_at_.empty() && chain_at_[t] >= 0 && !detect_anomaly_) {
       const SliceChain& c = chains_[std::size_t(chain_at_[t])];
@@ -1070,21 +1081,30 @@ void Executor::run() {
         ++sliced_calls_;
         sliced_steps_ += std::int64_t(c.last - c.first + 1);
       }
-      for (std::size_t u = c.first; u <= c.last; ++u)
-        for (std::size_t ck : steps_[u].checks) run_check(ck);
+      if (!skip)
+        for (std::size_t u = c.first; u <= c.last; ++u)
+          for (std::size_t ck : steps_[u].checks) run_check(ck);
       t = c.last;
       continue;
     }
-    Step& st = steps_[t];
-    if ((st.in_place || by_epilogue_[t]) && !detect_anomaly_) {  // the chains or its product ran it
-      for (std::size_t c : st.checks) run_check(c);
+    if ((steps_[t].in_place || by_epilogue_[t]) && !detect_anomaly_) {  // the chains or its product ran it
+      if (!skip)
+        for (std::size_t c : steps_[t].checks) run_check(c);
       continue;
     }
+    Step* run_st = &steps_[t];
+    if (skip && skipped(*run_st, skip, /*in_chain=*/false)) {
+      // An epilogue whose product is left out runs alone, unless groups are left out too.
+      if (epilogue_step_[t] < 0 || (skip & skip_groups)) continue;
+      run_st = &steps_[std::size_t(epilogue_step_[t])];
+    }
+    Step& st = *run_st;
     const Node& n = g_.node(st.id);
     bind_inputs(st);
     auto compute = [&] {
       if (st.group >= 0) return run_fused(fusion_.groups[std::size_t(st.group)], st.in, st.out, st.stored);
-      if (epilogue_step_[t] < 0 || detect_anomaly_) return st.kernel(KernelArgs{n, st.in, st.out, &rng_});
+      if (epilogue_step_[t] < 0 || detect_anomaly_ || (skip & skip_groups))
+        return st.kernel(KernelArgs{n, st.in, st.out, &rng_});
       // The product with its epilogue: the group on each block of rows once it is final
       // (a flat group's values are the rows' values in order). Anomaly mode runs them apart.
       Step& es = steps_[std::size_t(epilogue_step_[t])];
@@ -1099,7 +1119,8 @@ void Executor::run() {
     if (!profile_) {
       compute();
       if (detect_anomaly_) check_anomaly(st);
-      for (std::size_t c : st.checks) run_check(c);
+      if (!skip)
+        for (std::size_t c : st.checks) run_check(c);
       continue;
     }
     auto t0 = std::chrono::steady_clock::now();
@@ -1115,8 +1136,16 @@ void Executor::run() {
       ++op_calls_[std::size_t(n.op)];
     }
     if (detect_anomaly_) check_anomaly(st);
-    for (std::size_t c : st.checks) run_check(c);
+    if (!skip)
+      for (std::size_t c : st.checks) run_check(c);
   }
+}
+
+bool Executor::skipped(const Step& st, unsigned kinds, bool in_chain) const {
+  const Node& n = g_.node(st.id);
+  if (st.group >= 0) return kinds & (in_chain ? skip_chain_groups : skip_groups);
+  if (n.op == OpKind::matmul) return kinds & (in_chain ? skip_chain_products : skip_products);
+  return (kinds & skip_ops) && n.op != OpKind::reshape && !op_bound_leaf(n.op);
 }
 
 namespace {

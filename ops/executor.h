@@ -78,6 +78,20 @@ bool set_executor_switch(ExecutorOptions& o, std::string_view name, bool on);
 // The switches that are off, by name ("" when all are on): options as a plan's key or label.
 std::string switches_off(const ExecutorOptions& o);
 
+// Timing only (gradgraph bench --without): kinds of a plan's work that run() can leave out,
+// so that what a kind costs inside the whole step is measured where it runs, with the
+// caches and threads as they are there: an upper bound on what making it faster could buy.
+// Work left out writes nothing, so every value after it is wrong.
+enum SkipWork : unsigned {
+  skip_products = 1,        // matrix products outside batch-slice chains
+  skip_groups = 2,          // fused groups outside chains, a product's epilogue included
+  skip_ops = 4,             // every other op (sums, adds, gathers, ...), in chains too; views aside
+  skip_chain_products = 8,  // inside the chains (attention's products)
+  skip_chain_groups = 16,   // inside the chains (softmax and its gradient)
+};
+// The kinds above by name: "products", "groups", "ops", "chain-products", "chain-groups".
+const std::vector<std::pair<std::string, unsigned>>& skip_work_names();
+
 class Executor {
  public:
   // Plans the nodes that `outputs` depend on (simplified first, unless options say no).
@@ -147,6 +161,12 @@ class Executor {
   void set_detect_anomaly(bool on) { detect_anomaly_ = on; }
   bool detect_anomaly() const { return detect_anomaly_; }
 
+  // Timing only: the SkipWork kinds run() leaves out (0: none, the default). Their values,
+  // and every value computed from them, are then wrong; value checks are not run. Ignored in
+  // anomaly mode.
+  void set_skip_for_timing(unsigned kinds) { skip_ = kinds; }
+  unsigned skip_for_timing() const { return skip_; }
+
   // Per-op timing: when on, run() adds each kernel's wall time to its op kind's total.
   void set_profile(bool on) { profile_ = on; }
   // "op  calls  total ms  share", one line per op kind that ran, slowest first.
@@ -212,6 +232,7 @@ class Executor {
   std::vector<int> step_index() const;  // per node of g_: its step's index, or -1 (after make_steps)
   void bind_slices(const std::vector<int>& step_at);  // the chains' step indices and per-slice shapes, after make_steps
   void run_chain(const SliceChain& c);
+  bool skipped(const Step& st, unsigned kinds, bool in_chain) const;  // whether `kinds` leave st out
   // Asks for the lines step t of chain c reads from outside the chain for `slice` (idx: scratch for its multi-index).
   void prefetch_slice(const SliceChain& c, std::size_t t, std::int64_t slice, std::vector<std::int64_t>& idx) const;
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
@@ -275,6 +296,7 @@ class Executor {
   std::mt19937_64 rng_;
   bool profile_ = false;
   bool detect_anomaly_ = false;
+  unsigned skip_ = 0;  // SkipWork kinds left out (timing only)
   std::vector<double> op_seconds_ = std::vector<double>(op_count, 0.0);
   std::vector<std::int64_t> op_calls_ = std::vector<std::int64_t>(op_count, 0);
   double sliced_seconds_ = 0;  // batch-slice chains' time, profiled apart from the ops

@@ -110,7 +110,24 @@ TEST_CASE("cli: bench --ab times the plan with planning switches off against the
   CHECK(contains(r.out, "fused"));
 }
 
-TEST_CASE("cli: bench --ab with an unknown switch, or too few steps, is one error line naming it") {
+TEST_CASE("cli: bench --without times the step with kinds of work left out, then profiles the whole plan") {
+  TempDir d;
+  const std::string base = "--batch 2 --seq 3 --steps 1 --warmup 1 --profile-steps 1 --threads 1 --ab-steps 10";
+  const Result r = bench_tiny(d, base + " --without groups,chain-products,chain-groups,optimizer");
+  INFO("stdout: " << r.out);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "ab_without left out: groups,chain-products,chain-groups,optimizer (timing only: the values "
+                        "are wrong) (arena "));
+  CHECK(number_after(r.out, "ab_ratio") > 0);
+  CHECK(contains(r.out, "per-op profile over 1 profiled"));
+  CHECK(contains(r.out, "fused"));  // the groups run again after the comparison
+  const Result both = bench_tiny(d, base + " --ab fuse --without ops,products");
+  INFO("stdout: " << both.out);
+  CHECK(both.status == 0);
+  CHECK(contains(both.out, "ab_without fuse; left out: ops,products (timing only"));
+}
+
+TEST_CASE("cli: bench --ab or --without with an unknown name, or too few steps, is one error line naming it") {
   TempDir d;
   const std::string base = "bench --config " + quote(tiny_config(d)) + " --batch 1 --steps 1 --warmup 0 --profile-steps 0";
   const Result r = run(base + " --ab epilogue,fusion");
@@ -120,6 +137,12 @@ TEST_CASE("cli: bench --ab with an unknown switch, or too few steps, is one erro
   CHECK(contains(r.err, "--ab: 'fusion' is not a planning switch (the switches: simplify, remat, fuse, slice, masked, "
                         "in-place, epilogue)"));
   CHECK(!contains(r.out, "ms_per_step"));  // refused before any step
+  const Result w = run(base + " --without groups,softmax");
+  CHECK(w.status == 1);
+  CHECK(w.err_lines() == 1);
+  CHECK(contains(w.err, "--without: 'softmax' is not a kind of work (the kinds: products, groups, ops, chain-products, "
+                        "chain-groups, optimizer)"));
+  CHECK(!contains(w.out, "ms_per_step"));
   const Result s = run(base + " --ab fuse --ab-steps 9");
   CHECK(s.status == 1);
   CHECK(s.err_lines() == 1);

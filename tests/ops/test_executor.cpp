@@ -453,3 +453,59 @@ TEST_CASE("planning switches by name: every one settable, unknown names refused"
   CHECK(!gg::set_executor_switch(o, "fusion", true));
   CHECK(gg::switches_off(o) == gg::switches_off(before));
 }
+
+TEST_CASE("timing only: a plan leaves out the kinds of work it is told to, and runs whole again after") {
+  // x (4, 8) @ w (8, 16), exp(p) * 2 as the product's epilogue, a column sum, a value check.
+  Graph g;
+  NodeId x = op::input(g, "x", {4, 8});
+  NodeId w = op::input(g, "w", {8, 16});
+  NodeId p = op::matmul(g, x, w);
+  NodeId e = op::mul(g, op::exp(g, p), op::scalar(g, 2.f));
+  NodeId s = op::sum(g, e, 0);
+  g.add_check(p, "the product", [](const View& v) -> std::string {
+    for (std::int64_t i = 0; i < v.numel(); ++i)
+      if (v.f()[i] > 1.f) return "above 1";
+    return {};
+  });
+  ParamStore ps;
+  Executor ex(g, {s}, ps);
+  REQUIRE(ex.epilogue_groups() == 1);
+  ex.set_input("x", std::vector<float>(32, 0.01f));
+  ex.set_input("w", std::vector<float>(128, 0.5f));
+  // Which op kinds ran in one profiled run with `kinds` left out.
+  auto ran = [&](unsigned kinds) {
+    ex.set_skip_for_timing(kinds);
+    CHECK(ex.skip_for_timing() == kinds);
+    Executor fresh(g, {s}, ps);  // a new profile each time
+    fresh.set_input("x", std::vector<float>(32, kinds ? 1.f : 0.01f));  // 1: the product fails its check
+    fresh.set_input("w", std::vector<float>(128, 0.5f));
+    fresh.set_skip_for_timing(kinds);
+    fresh.set_profile(true);
+    fresh.run();  // checks are not run while work is left out
+    const std::string report = fresh.profile_report();
+    std::set<std::string> kinds_ran;
+    for (std::string op : {"matmul", "fused", "sum"})
+      if (contains(report, op)) kinds_ran.insert(op);
+    return kinds_ran;
+  };
+  CHECK(ran(0) == std::set<std::string>{"matmul", "sum"});            // the epilogue inside the product
+  CHECK(ran(skip_products) == std::set<std::string>{"fused", "sum"});  // the epilogue alone
+  CHECK(ran(skip_groups) == std::set<std::string>{"matmul", "sum"});   // the product without it
+  CHECK(ran(skip_ops) == std::set<std::string>{"matmul"});  // its epilogue inside the product's time
+  CHECK(ran(skip_products | skip_groups | skip_ops).empty());
+  // Whole again: every value right, checks run.
+  ex.set_skip_for_timing(0);
+  ex.run();
+  const float each = 4 * 2 * std::exp(8 * 0.01f * 0.5f);
+  for (float v : ex.get(s).to_vector()) CHECK(v == doctest::Approx(each).epsilon(1e-6));
+  ex.set_input("x", std::vector<float>(32, 1.f));
+  CHECK(error_of([&] { ex.run(); }) == "the product: above 1");
+  // Every kind by name, each its own bit.
+  unsigned all = 0;
+  for (const auto& [name, kind] : skip_work_names()) {
+    CHECK((all & kind) == 0);
+    all |= kind;
+  }
+  CHECK(skip_work_names().size() == 5);
+  CHECK(all == (skip_products | skip_groups | skip_ops | skip_chain_products | skip_chain_groups));
+}
