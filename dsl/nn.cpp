@@ -50,6 +50,15 @@ Expr layer_norm(Expr x, const std::string& name, float eps, bool bias, Loc loc) 
   return y;
 }
 
+Expr rms_norm(Expr x, const std::string& name, float eps, Loc loc) {
+  Graph& g = graph_of("rms_norm", loc, {x});
+  UserSite site(g, loc);
+  Scope scope(g, name);
+  const std::int64_t D = x.dim(-1);
+  Expr y = x / sqrt(mean(x * x, -1, true) + eps);  // y: (..., D)
+  return y * param(g, "weight", {D}, ones_init(), loc);
+}
+
 Expr gelu(Expr x, GeluKind kind, Loc loc) {
   UserSite site(graph_of("gelu", loc, {x}), loc);
   if (kind == GeluKind::erf) return 0.5f * (x * (1.f + erf(x * float(1.0 / std::numbers::sqrt2))));
@@ -280,6 +289,61 @@ AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::str
   Expr v = split_heads(linear(x, D, "value", bias, {}, loc), n_head, loc);  // v: (B, H, T, hs)
   AttentionResult r = attention(q, k, v, opt, loc);                         // r.out: (B, H, T, hs)
   r.out = linear(merge_heads(r.out, loc), D, "proj", bias, proj_init, loc);  // (B, T, D)
+  return r;
+}
+
+Expr rotary_embedding(Expr x, std::int64_t start, float base, Loc loc) {
+  Graph& g = graph_of("rotary_embedding", loc, {x});
+  UserSite site(g, loc);
+  if (x.rank() < 2)
+    fail_at_call(g, "rotary_embedding", loc, fmt::format("wants x (..., T, hs), got {} ('{}')", to_string(x.shape()), x.name()));
+  const std::int64_t T = x.dim(-2), hs = x.dim(-1), half = hs / 2, last = x.rank() - 1;
+  if (hs % 2 != 0)
+    fail_at_call(g, "rotary_embedding", loc, fmt::format("the head size {} of '{}' {} is odd (pairs of features rotate)",
+                                                         hs, x.name(), to_string(x.shape())));
+  if (start < 0 || !(base > 1.f))
+    fail_at_call(g, "rotary_embedding", loc, fmt::format("wants start >= 0 and base > 1, got start {}, base {}", start, base));
+  std::vector<float> cos_t(std::size_t(T * hs)), sin_t(std::size_t(T * hs));
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t i = 0; i < hs; ++i) {
+      const double angle = double(start + t) * std::pow(double(base), -2.0 * double(i % half) / double(hs));
+      cos_t[std::size_t(t * hs + i)] = float(std::cos(angle));
+      sin_t[std::size_t(t * hs + i)] = float(std::sin(angle));
+    }
+  Expr rotated = concat({-slice(x, last, half, hs, loc), slice(x, last, 0, half, loc)}, last, loc);  // (-x2, x1)
+  return x * constant(g, cos_t, {T, hs}, DType::f32, loc) + rotated * constant(g, sin_t, {T, hs}, DType::f32, loc);
+}
+
+AttentionResult grouped_query_attention(Expr x, const std::string& name, const GroupedQueryOptions& opt, Loc loc) {
+  Graph& g = graph_of("grouped_query_attention", loc, {x});
+  UserSite site(g, loc);
+  Scope scope(g, name);
+  if (x.rank() != 3)
+    fail_at_call(g, "grouped_query_attention", loc, fmt::format("wants x (B, T, D), got {} ('{}')", to_string(x.shape()), x.name()));
+  const std::int64_t B = x.dim(0), T = x.dim(1), D = x.dim(2), H = opt.n_head, Hkv = opt.n_kv_head;
+  if (H <= 0 || D % H != 0)
+    fail_at_call(g, "grouped_query_attention", loc, fmt::format("n_embd {} is not divisible by n_head {}", D, H));
+  if (Hkv <= 0 || H % Hkv != 0)
+    fail_at_call(g, "grouped_query_attention", loc,
+                 fmt::format("n_head {} is not a multiple of n_kv_head {} (each key/value head serves a whole group of "
+                             "query heads)", H, Hkv));
+  const std::int64_t hs = D / H, group = H / Hkv;
+  Expr q = split_heads(linear(x, D, "query", opt.bias, {}, loc), H, loc);           // q: (B, H, T, hs)
+  Expr k = split_heads(linear(x, Hkv * hs, "key", opt.bias, {}, loc), Hkv, loc);    // k: (B, Hkv, T, hs)
+  Expr v = split_heads(linear(x, Hkv * hs, "value", opt.bias, {}, loc), Hkv, loc);  // v: (B, Hkv, T, hs)
+  if (opt.rotary) {
+    q = rotary_embedding(q, 0, opt.rope_base, loc);
+    k = rotary_embedding(k, 0, opt.rope_base, loc);
+  }
+  if (group > 1) {  // kv head j -> query heads j * group ... (j + 1) * group - 1
+    auto repeat = [&](Expr e) {
+      return reshape(expand(reshape(e, {B, Hkv, 1, T, hs}, loc), {B, Hkv, group, T, hs}, loc), {B, H, T, hs}, loc);
+    };
+    k = repeat(k);
+    v = repeat(v);
+  }
+  AttentionResult r = attention(q, k, v, opt.attn, loc);                              // r.out: (B, H, T, hs)
+  r.out = linear(merge_heads(r.out, loc), D, "proj", opt.bias, opt.proj_init, loc);  // (B, T, D)
   return r;
 }
 

@@ -22,6 +22,10 @@ Expr log_softmax(Expr x, std::int64_t axis = -1, Loc loc = Loc::current());
 // Params "<name>.weight" (ones) and, with bias, "<name>.bias" (zeros).
 Expr layer_norm(Expr x, const std::string& name, float eps = 1e-5f, bool bias = true, Loc loc = Loc::current());
 
+// x / sqrt(mean(x^2) + eps) * weight over the last axis: RMSNorm, as LLaMA writes it (no
+// centering, no bias). Param "<name>.weight" (ones).
+Expr rms_norm(Expr x, const std::string& name, float eps = 1e-6f, Loc loc = Loc::current());
+
 enum class GeluKind { erf, tanh };
 // 0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation.
 Expr gelu(Expr x, GeluKind kind = GeluKind::erf, Loc loc = Loc::current());
@@ -113,6 +117,33 @@ Expr merge_heads(Expr x, Loc loc = Loc::current());
 AttentionResult multi_head_attention(Expr x, std::int64_t n_head, const std::string& name, bool bias = true,
                                      const AttentionOptions& opt = {}, std::optional<Init> proj_init = {},
                                      Loc loc = Loc::current());
+
+// Rotary position embedding (RoPE) of queries or keys x (..., T, hs), hs even: row t, at
+// position p = start + t, has each pair (x[i], x[i + hs/2]), i < hs/2, rotated by the angle
+// p * base^(-2i / hs):  out = x * cos + rotate_half(x) * sin,  rotate_half(x) = (-x2, x1)
+// for the halves x1, x2 of the last axis. That is the half-split layout of GPT-NeoX and of
+// LLaMA as Hugging Face writes it (RoFormer's and Meta's LLaMA code rotate adjacent pairs
+// (x[2i], x[2i+1]) instead: the same model up to a fixed permutation of q's and k's
+// features). The angles are a constant (T, hs) table, no parameter.
+Expr rotary_embedding(Expr x, std::int64_t start = 0, float base = 10000.f, Loc loc = Loc::current());
+
+struct GroupedQueryOptions {
+  std::int64_t n_head = 4;     // query heads
+  std::int64_t n_kv_head = 1;  // key/value heads, dividing n_head: 1 is multi-query, n_head multi-head
+  bool bias = false;           // in the four linears
+  bool rotary = true;          // rotary_embedding on q and k (positions from 0)
+  float rope_base = 10000.f;
+  AttentionOptions attn{};     // mask (e.g. causal_mask), dropout, training, scale
+  std::optional<Init> proj_init{};  // of "proj"'s weight; default N(0, 0.02)
+};
+
+// Grouped-query self-attention: linear "query" (D -> D), "key" and "value"
+// (D -> n_kv_head * hs, hs = D / n_head), heads split, q and k rotated (opt.rotary), each
+// group of n_head / n_kv_head consecutive query heads reading one key/value head (query head
+// h reads kv head h / (n_head / n_kv_head), LLaMA's repeat_kv), attention, heads merged,
+// linear "proj". x: (B, T, D) -> out (B, T, D), weights (B, n_head, T, T).
+AttentionResult grouped_query_attention(Expr x, const std::string& name, const GroupedQueryOptions& opt = {},
+                                        Loc loc = Loc::current());
 
 struct BlockOptions {
   std::int64_t n_head = 4;
