@@ -314,6 +314,11 @@ T<D...> layer_norm(const T<D...>& x, const std::string& name, float eps = 1e-5f,
                    Loc loc = Loc::current()) {
   return T<D...>(dsl::layer_norm(x, name, eps, bias, loc), loc);
 }
+// RMSNorm over the last axis, param "<name>.weight". x: (..., C) -> (..., C)
+template <class... D>
+T<D...> rms_norm(const T<D...>& x, const std::string& name, float eps = 1e-6f, Loc loc = Loc::current()) {
+  return T<D...>(dsl::rms_norm(x, name, eps, loc), loc);
+}
 
 // To a scalar T<>.
 template <class... D>
@@ -493,6 +498,33 @@ auto multi_head_attention(const T<B, S, C>& x, const std::string& name, bool bia
     shape_error<detail::say("multi_head_attention: {} features do not split into {} heads", size_of<C>(), H)> error;
   }
   AttentionResult r = dsl::multi_head_attention(x, H, name, bias, opt, proj_init, loc);
+  return Attention<T<B, S, C>, T<B, Dim<H>, S, S>>{T<B, S, C>(r.out, loc), T<B, Dim<H>, S, S>(r.weights, loc)};
+}
+
+// Rotary positions as dsl::rotary_embedding over the last two axes (..., S, Hs): Hs even.
+template <class... D>
+T<D...> rotary_embedding(const T<D...>& x, std::int64_t start = 0, float base = 10000.f, Loc loc = Loc::current()) {
+  using Hs = std::tuple_element_t<sizeof...(D) - 1, std::tuple<D...>>;
+  if constexpr (is_static<Hs> && size_of<Hs>() % 2 != 0) {
+    shape_error<detail::say("rotary_embedding: a head size of {} is odd (pairs of features rotate)", size_of<Hs>())> error;
+  }
+  return T<D...>(dsl::rotary_embedding(x, start, base, loc), loc);
+}
+
+// Grouped-query self-attention as dsl::grouped_query_attention with H query heads and Hkv
+// key/value heads (C must divide by H, H by Hkv; opt.n_head and opt.n_kv_head are set):
+// x: (B, S, C) -> out (B, S, C), weights (B, H, S, S).
+template <std::int64_t H, std::int64_t Hkv, class B, class S, class C>
+auto grouped_query_attention(const T<B, S, C>& x, const std::string& name, GroupedQueryOptions opt = {},
+                             Loc loc = Loc::current()) {
+  if constexpr (H % Hkv != 0) {
+    shape_error<detail::say("grouped_query_attention: {} query heads do not share {} key/value heads evenly", H, Hkv)> error;
+  } else if constexpr (is_static<C> && size_of<C>() % H != 0) {
+    shape_error<detail::say("grouped_query_attention: {} features do not split into {} heads", size_of<C>(), H)> error;
+  }
+  opt.n_head = H;
+  opt.n_kv_head = Hkv;
+  AttentionResult r = dsl::grouped_query_attention(x, name, opt, loc);
   return Attention<T<B, S, C>, T<B, Dim<H>, S, S>>{T<B, S, C>(r.out, loc), T<B, Dim<H>, S, S>(r.weights, loc)};
 }
 

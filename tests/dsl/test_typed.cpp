@@ -103,6 +103,28 @@ TEST_CASE("typed transformer_block equals the untyped one, masks and gradients i
   CHECK(listing(grads2.front()) == listing(grads1.front()));
 }
 
+TEST_CASE("typed rms_norm, rotary_embedding and grouped_query_attention equal the untyped ones, gradients included") {
+  Graph g1, g2;
+  Expr x1 = input(g1, "x", {2, 5, 64});
+  GroupedQueryOptions opt{.n_head = 8, .n_kv_head = 2, .attn = {.mask = causal_mask(g1, 5)}};
+  AttentionResult a1 = grouped_query_attention(rms_norm(x1, "norm"), "attn", opt);
+  Expr r1 = rotary_embedding(split_heads(a1.out, 4), 2);
+  Expr loss1 = mean_all(r1 * r1);
+  std::vector<Expr> grads1 = grad(loss1, params(g1));
+
+  auto x2 = ty::input<Batch, Seq, Dim<64>>(g2, "x", {2, 5});
+  GroupedQueryOptions opt2{.attn = {.mask = causal_mask(g2, 5)}};
+  auto a2 = ty::grouped_query_attention<8, 2>(ty::rms_norm(x2, "norm"), "attn", opt2);
+  static_assert(std::is_same_v<decltype(a2.weights), T<Batch, Dim<8>, Seq, Seq>>);
+  T<Batch, Dim<4>, Seq, Dim<16>> r2 = ty::rotary_embedding(ty::split_heads<4>(a2.out), 2);
+  T<> loss2 = ty::mean_all(r2 * r2);
+  std::vector<Expr> grads2 = grad(loss2, params(g2));
+
+  CHECK(listing(loss2) == listing(loss1));
+  REQUIRE(grads1.size() == grads2.size());
+  CHECK(listing(grads2.front()) == listing(grads1.front()));
+}
+
 TEST_CASE("heads split by typed reshape and permute equal split_heads and merge_heads") {
   Graph g1, g2;
   Expr x1 = input(g1, "x", {2, 5, 64});
