@@ -15,9 +15,7 @@
 
 #include "dsl/nn.h"
 #include "models/char_lm.h"
-#include "train/checkpoint.h"
-#include "train/data.h"
-#include "train/plot.h"
+#include "examples/variants.h"
 #include "train/trainer.h"
 
 using namespace gg;
@@ -53,34 +51,6 @@ static train::Model char_model(bool concat_pos, LmSize s) {
   });
 }
 
-struct Run {
-  std::string name;
-  train::Series curve;                 // training loss per step
-  double val_before = NAN, val_after = NAN;
-  std::int64_t n_params = 0;
-  double seconds = 0;
-};
-
-// Trains one variant into out/<name>; the validation loss is measured before and after.
-static Run train_one(const std::string& name, bool concat_pos, LmSize s, const train::DataSource& data,
-                     train::TrainOptions o, const std::string& out) {
-  o.out_dir = out + "/" + name;
-  train::Model m = char_model(concat_pos, s);
-  m.declare(data.val(0));
-  m.init_params(std::uint64_t(o.seed));  // fit() keeps these
-  Run r{name, {name, {}, {}}};
-  r.n_params = m.params().count();
-  r.val_before = train::evaluate_loss(m, data, o.eval_iters);
-  train::RunInfo info;
-  info.title = fmt::format("positional encoding {}", concat_pos ? "concatenated" : "added");
-  train::FitResult res = train::fit(m, data, o, info);
-  r.val_after = res.final_val_loss;
-  r.seconds = res.seconds;
-  for (const train::Series& c : train::load_checkpoint(res.checkpoint).curves)
-    if (c.name == "train") r.curve.x = c.x, r.curve.y = c.y;
-  return r;
-}
-
 int main(int argc, char** argv) {
   std::int64_t steps = 1000, batch = 16, block = 32, d_model = 64, d_pos = 16, n_layer = 2, n_head = 4;
   double lr = 3e-3;
@@ -95,48 +65,22 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "batch size");
   CLI11_PARSE(app, argc, argv);
 
-  // Data: random (batch, block) windows of the text, targets shifted by one; 20 fixed
-  // validation batches, the same for both runs.
-  train::CharData text = train::CharData::load(models::default_text_path(), block);
-  const train::DataSource data = models::char_windows(text, batch, block, /*val_seed=*/1337 + 1);
-
-  // The run: AdamW, warm-up for a tenth of the steps, cosine to lr / 10, clip at 1.0.
-  train::TrainOptions o;
-  o.steps = steps, o.lr = lr, o.min_lr = lr / 10, o.warmup = steps / 10, o.seed = 1337, o.quiet = true;
-  o.eval_interval = std::max<std::int64_t>(1, steps / 5), o.eval_iters = o.final_eval_iters = 20;
-
-  const LmSize s{std::int64_t(text.vocab.size()), d_model, d_pos, n_layer, n_head};
+  // The data (random windows of the text, 20 fixed validation batches) and the run (AdamW,
+  // warm-up for a tenth of the steps, cosine to lr / 10, clip at 1.0), the same for both.
+  const examples::CharBudget b = examples::char_budget(block, batch, steps, lr);
+  const LmSize s{std::int64_t(b.text.vocab.size()), d_model, d_pos, n_layer, n_head};
   fmt::print("d_model {}, d_pos {}, {} layers x {} heads, block {}, batch {}, {} steps, lr {}\n", d_model, d_pos,
              n_layer, n_head, block, batch, steps, lr);
-  Run added, concatenated;
+  std::vector<examples::Run> runs;
   try {
-    added = train_one("add", false, s, data, o, out);
-    concatenated = train_one("concat", true, s, data, o, out);
+    runs.push_back(examples::train_variant("add", char_model(false, s), b.data, b.options, out,
+                                           "positional encoding added"));
+    runs.push_back(examples::train_variant("concat", char_model(true, s), b.data, b.options, out,
+                                           "positional encoding concatenated"));
   } catch (const train::InputError& e) {  // a run diverged: its curves are in its directory
     fmt::print("{}\nclaim: both stay finite and learn: DOES NOT HOLD\n", e.what());
     return 1;
   }
-
-  train::write_csv(out + "/loss.csv", {added.curve, concatenated.curve});
-  train::write_svg(out + "/loss.svg", "positional encoding: added vs concatenated", "step", "training loss",
-                   {added.curve, concatenated.curve});
-
-  fmt::print("\n{:<8} {:>8} {:>11} {:>10} {:>11} {:>8}\n", "variant", "params", "val before", "val after",
-             "train last", "seconds");
-  bool ok = true;
-  for (const Run* r : {&added, &concatenated}) {
-    fmt::print("{:<8} {:>8} {:>11.4f} {:>10.4f} {:>11.4f} {:>8.1f}\n", r->name, r->n_params, r->val_before,
-               r->val_after, r->curve.y.back(), r->seconds);
-    bool finite = std::isfinite(r->val_after);
-    for (double l : r->curve.y) finite = finite && std::isfinite(l);
-    const bool learned = r->val_after < r->val_before;
-    if (!finite) fmt::print("  {}: a loss was not finite\n", r->name);
-    if (!learned) fmt::print("  {}: validation loss did not fall\n", r->name);
-    ok = ok && finite && learned;
-  }
-  fmt::print("\nwrote {0}/loss.csv, {0}/loss.svg (each run's in {0}/add, {0}/concat)\n", out);
-  fmt::print("better: {} (val {:.4f} vs {:.4f})\n", added.val_after <= concatenated.val_after ? "add" : "concat",
-             std::min(added.val_after, concatenated.val_after), std::max(added.val_after, concatenated.val_after));
-  fmt::print("claim: both stay finite and learn: {}\n", ok ? "holds" : "DOES NOT HOLD");
+  const bool ok = examples::compare_variants(runs, out, "positional encoding: added vs concatenated");
   return ok ? 0 : 1;
 }

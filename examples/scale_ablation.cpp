@@ -17,6 +17,7 @@
 
 #include "models/char_lm.h"
 #include "train/checkpoint.h"
+#include "examples/variants.h"
 #include "train/data.h"
 #include "train/plot.h"
 #include "train/trainer.h"
@@ -66,15 +67,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (qk_std <= 0) qk_std = 1.0 / std::sqrt(double(n_embd));
 
-  // Data: random (batch, block) windows of the text, targets shifted by one; 20 fixed
-  // validation batches, the same for both runs.
-  train::CharData text = train::CharData::load(models::default_text_path(), block);
-  const train::DataSource data = models::char_windows(text, batch, block, /*val_seed=*/1337 + 1);
-
-  // The run: AdamW, warm-up for a tenth of the steps, cosine to lr / 10, clip at 1.0.
-  train::TrainOptions o;
-  o.steps = steps, o.lr = lr, o.min_lr = lr / 10, o.warmup = steps / 10, o.seed = 1337, o.quiet = true;
-  o.eval_interval = std::max<std::int64_t>(1, steps / 5), o.eval_iters = o.final_eval_iters = 20;
+  // The data (random windows of the text, 20 fixed validation batches) and the run (AdamW,
+  // warm-up for a tenth of the steps, cosine to lr / 10, clip at 1.0), the same for both.
+  const examples::CharBudget b = examples::char_budget(block, batch, steps, lr);
+  const train::CharData& text = b.text;
+  const train::DataSource& data = b.data;
+  const train::TrainOptions& o = b.options;
 
   models::GptConfig cfg;
   cfg.vocab_size = std::int64_t(text.vocab.size()), cfg.block_size = block, cfg.n_layer = n_layer;
