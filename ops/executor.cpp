@@ -1111,10 +1111,9 @@ void Executor::run() {
       bind_inputs(es);
       const FusedGroup& grp = fusion_.groups[std::size_t(es.group)];
       const std::int64_t per_row = grp.flat ? n.shape.back() : 1;
-      auto epilogue = [&](std::int64_t r0, std::int64_t r1) {
+      const GemmRowsDone rows_done = [&](std::int64_t r0, std::int64_t r1) {
         run_fused(grp, es.in, es.out, es.stored, r0 * per_row, r1 * per_row);
       };
-      const GemmRowsDone rows_done(epilogue);
       st.kernel(KernelArgs{n, st.in, st.out, &rng_, &rows_done});
     };
     if (!profile_) {

@@ -3,8 +3,7 @@
 #pragma once
 
 #include <cstdint>
-
-#include "ops/parallel.h"
+#include <functional>
 
 namespace gg {
 
@@ -12,9 +11,8 @@ namespace gg {
 // each row once, before gemm returns, possibly from several threads at once, a range on the
 // thread that finished it while its rows are still in that core's cache. A GEMM epilogue:
 // the executor runs the element-wise group that reads C there (ops/executor.cpp). It may
-// call parallel_for (which runs serially inside gemm's threads). A non-owning reference (no
-// allocation): the callable it is made from must outlive the call to gemm.
-using GemmRowsDone = FunctionRef<void(std::int64_t, std::int64_t)>;
+// call parallel_for (which runs serially inside gemm's threads).
+using GemmRowsDone = std::function<void(std::int64_t, std::int64_t)>;
 
 // C = alpha * op(A) @ op(B) + beta * C, all row-major.
 // op(A) is (M, K): A is (M, K) with row stride lda, or (K, M) when trans_a.

@@ -9,7 +9,6 @@
 #include <span>
 #include <vector>
 
-#include "gemm.h"
 #include "graph.h"
 
 namespace gg {
@@ -32,7 +31,7 @@ struct KernelArgs {
   std::mt19937_64* rng;  // for `random`
   // A matmul's epilogue (ops/gemm.h's GemmRowsDone), or null: called with ranges of the
   // output's rows (its values as (rows, last dim)) once they are final.
-  const GemmRowsDone* rows_done = nullptr;
+  const std::function<void(std::int64_t, std::int64_t)>* rows_done = nullptr;
 };
 
 // A gradient rule receives d(loss)/d(out) as `gout` and sets gin[i] for each input i

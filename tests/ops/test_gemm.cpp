@@ -332,7 +332,7 @@ TEST_CASE("gemm's rows_done sees every row of C once, final, on every path") {
       std::mutex mu;
       std::vector<int> seen(std::size_t(c.M), 0);
       int not_final = 0, bad_range = 0;
-      auto check_rows = [&](i64 r0, i64 r1) {
+      const gg::GemmRowsDone rows_done = [&](i64 r0, i64 r1) {
         std::lock_guard<std::mutex> lk(mu);
         if (r0 < 0 || r1 > c.M || r0 >= r1) ++bad_range;
         for (i64 r = std::max<i64>(r0, 0); r < std::min(r1, c.M); ++r) {
@@ -340,7 +340,6 @@ TEST_CASE("gemm's rows_done sees every row of C once, final, on every path") {
           for (i64 j = 0; j < c.N; ++j) not_final += C[std::size_t(r * c.N + j)] != want[std::size_t(r * c.N + j)];
         }
       };
-      const gg::GemmRowsDone rows_done(check_rows);
       gg::gemm(c.ta, c.tb, c.M, c.N, c.K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), c.N, &rows_done);
       CHECK(bad_range == 0);
       CHECK(not_final == 0);
