@@ -321,13 +321,11 @@ AbSide ab_side(const std::vector<std::string>& ab, const std::vector<std::string
 void ab_compare(train::Model& m, const train::Batch& batch, const AbSide& other, int steps, int warmup,
                 const std::function<void(bool)>& step) {
   const ExecutorOptions with = m.plan_options();
-  auto side = [&](bool without) {  // the plan of one side, set up to run
+  auto side = [&](bool without, unsigned skip) {  // the plan of one side, set up to run
     m.set_plan_options(without ? other.options : with);
-    Executor& plan = m.plan_for(batch, /*training=*/true);
-    plan.set_skip_for_timing(without ? other.skip : 0u);
-    return without && !other.optimizer;
+    m.plan_for(batch, /*training=*/true).set_skip_for_timing(skip);
   };
-  side(true);
+  side(true, other.skip);
   fmt::print("ab_without {} (arena {:.1f} MiB)\n", other.label,
              double(m.plan_for(batch, /*training=*/true).arena_bytes()) / (1 << 20));
   for (int i = 0; i < warmup; ++i) step(other.optimizer);
@@ -337,11 +335,11 @@ void ab_compare(train::Model& m, const train::Batch& batch, const AbSide& other,
     double med[2] = {0, 0};
     for (int half = 0; half < 2; ++half) {
       const int k = pair % 2 ? 1 - half : half;
-      const bool no_optimizer = side(k == 1);
+      side(k == 1, k == 1 ? other.skip : 0u);
       std::vector<double> b;
       for (int i = 0; i < block; ++i) {
         const auto t0 = clock_type::now();
-        step(!no_optimizer);
+        step(k == 0 || other.optimizer);
         b.push_back(ms_since(t0));
       }
       ms[k].insert(ms[k].end(), b.begin(), b.end());
@@ -349,9 +347,8 @@ void ab_compare(train::Model& m, const train::Batch& batch, const AbSide& other,
     }
     ratios.push_back(med[1] / med[0]);
   }
-  side(true);
-  m.plan_for(batch, /*training=*/true).set_skip_for_timing(0);  // a cached plan keeps no skips
-  side(false);
+  side(true, 0u);  // a cached plan keeps no skips
+  side(false, 0u);
   std::sort(ratios.begin(), ratios.end());
   fmt::print("ab_ms_per_step with {:.3f}, without {:.3f} (medians of {} steps each, in blocks of {} alternating)\n",
              median(ms[0]), median(ms[1]), ms[0].size(), block);

@@ -129,7 +129,7 @@ Expr rotary_embedding(Expr x, std::int64_t start = 0, float base = 10000.f, Loc 
 
 struct GroupedQueryOptions {
   std::int64_t n_head = 4;     // query heads
-  std::int64_t n_kv_head = 1;  // key/value heads, dividing n_head: 1 is multi-query, n_head multi-head
+  std::int64_t n_kv_head = 2;  // key/value heads, dividing n_head: 1 is multi-query, n_head multi-head
   bool bias = false;           // in the four linears
   bool rotary = true;          // rotary_embedding on q and k (positions from 0)
   float rope_base = 10000.f;
