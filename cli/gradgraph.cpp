@@ -137,11 +137,16 @@ int run_replay(const ReplayCmd& a) {
 struct SampleCmd {
   std::string checkpoint;
   models::SampleOptions o;
+  std::int64_t samples = 1;
 };
 
 int run_sample(const SampleCmd& a) {
   models::CharLmCheckpoint ck = models::load_char_lm(a.checkpoint);
-  fmt::print("{}\n", models::sample_text(ck.config, ck.params, ck.vocab, a.o));
+  const std::vector<std::string> texts = models::sample_texts(ck.config, ck.params, ck.vocab, a.o, a.samples);
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    if (texts.size() > 1) fmt::print("--- sample {} (seed {}) ---\n", i + 1, a.o.seed + i);
+    fmt::print("{}\n", texts[i]);
+  }
   return 0;
 }
 
@@ -315,7 +320,10 @@ int main(int argc, char** argv) {
   sm->add_option("--temperature", sa.o.temperature, "Sampling temperature (> 0)")->capture_default_str();
   sm->add_option("--top-k", sa.o.top_k, "Sample among the k likeliest (0 = all)")->capture_default_str()->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 24));
   sm->add_option("--tokens", sa.o.tokens, "Characters to generate")->capture_default_str()->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 24));
-  sm->add_option("--seed", sa.o.seed, "Random seed")->capture_default_str();
+  sm->add_option("--seed", sa.o.seed, "Random seed (sample i of --samples draws with seed + i)")->capture_default_str();
+  sm->add_option("--samples", sa.samples, "Continuations of the prompt drawn side by side, one batch row each")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(4096)));
 
   // grad
   GradCmd ga;

@@ -146,53 +146,76 @@ CharLmCheckpoint load_char_lm(const std::string& path) {
   return c;
 }
 
+namespace {
+// The next token from one row of logits (V): softmax(logits / temperature), among the top k
+// when 0 < top_k < V.
+std::int32_t draw(const float* logits, std::int64_t V, const SampleOptions& o, std::mt19937_64& rng,
+                  std::vector<double>& p) {
+  double mx = -INFINITY;
+  for (std::int64_t v = 0; v < V; ++v) mx = std::max(mx, double(logits[v]) / o.temperature);
+  for (std::int64_t v = 0; v < V; ++v) p[std::size_t(v)] = std::exp(double(logits[v]) / o.temperature - mx);
+  if (o.top_k > 0 && o.top_k < V) {
+    std::vector<double> sorted = p;
+    std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<>());
+    const double kth = sorted[std::size_t(o.top_k - 1)];
+    for (double& x : p)
+      if (x < kth) x = 0;
+  }
+  std::discrete_distribution<std::int32_t> pick(p.begin(), p.end());
+  return pick(rng);
+}
+}  // namespace
+
 std::string sample_text(const GptConfig& c, const ParamStore& store, const std::string& vocab, const SampleOptions& o) {
+  return sample_texts(c, store, vocab, o, 1).front();
+}
+
+std::vector<std::string> sample_texts(const GptConfig& c, const ParamStore& store, const std::string& vocab,
+                                      const SampleOptions& o, std::int64_t samples) {
   if (!(o.temperature > 0) || !std::isfinite(o.temperature))
     throw InputError(fmt::format("--temperature must be > 0, got {}", o.temperature));
   if (o.top_k < 0) throw InputError(fmt::format("--top-k must be >= 0, got {}", o.top_k));
   if (o.tokens < 0 || o.tokens > (1 << 24)) throw InputError(fmt::format("--tokens must be in [0, 16777216], got {}", o.tokens));
+  if (samples < 1 || samples > 4096) throw InputError(fmt::format("--samples must be in [1, 4096], got {}", samples));
   train::CharData d;
   d.vocab = vocab;
-  std::vector<std::int32_t> ids;
+  std::vector<std::int32_t> prompt;
   try {
-    ids = d.encode(o.prompt);
+    prompt = d.encode(o.prompt);
   } catch (const InputError& e) {
     throw InputError(fmt::format("--prompt: {}", e.what()));
   }
-  if (ids.empty()) ids.push_back(0);
+  if (prompt.empty()) prompt.push_back(0);
   // The window: block_size, or less when the whole text fits in less (a model with a long
   // context need not plan its whole window to continue a short prompt).
-  const std::int64_t T = std::min<std::int64_t>(c.block_size, std::int64_t(ids.size()) + o.tokens),
+  const std::int64_t N = samples, T = std::min<std::int64_t>(c.block_size, std::int64_t(prompt.size()) + o.tokens),
                      V = c.vocab_size;
   Graph g;
-  Gpt m = build_gpt(g, c, 1, T, /*with_loss=*/false, /*training=*/false);
+  Gpt m = build_gpt(g, c, N, T, /*with_loss=*/false, /*training=*/false);
   ParamStore params = store;
   Executor ex(g, {m.logits.id}, params);
-  std::mt19937_64 rng(o.seed);
-  std::vector<std::int32_t> window(static_cast<std::size_t>(T), 0);
+  std::vector<std::vector<std::int32_t>> ids(std::size_t(N), prompt);
+  std::vector<std::mt19937_64> rng;
+  for (std::int64_t i = 0; i < N; ++i) rng.emplace_back(o.seed + std::uint64_t(i));
+  std::vector<std::int32_t> window(static_cast<std::size_t>(N * T), 0);
   std::vector<double> p(static_cast<std::size_t>(V));
   for (std::int64_t step = 0; step < o.tokens; ++step) {
-    // The causal mask lets position len-1 see only the real tokens before it.
-    const std::int64_t len = std::min<std::int64_t>(T, std::int64_t(ids.size()));
+    // Every row is as long as the others. The causal mask lets position len-1 see only the
+    // real tokens before it.
+    const std::int64_t len = std::min<std::int64_t>(T, std::int64_t(ids[0].size()));
     std::fill(window.begin(), window.end(), 0);
-    std::copy(ids.end() - len, ids.end(), window.begin());
+    for (std::int64_t i = 0; i < N; ++i)
+      std::copy(ids[std::size_t(i)].end() - len, ids[std::size_t(i)].end(), window.begin() + i * T);
     ex.set_input("tokens", std::span<const std::int32_t>(window));
     ex.run();
-    const float* logits = ex.value(m.logits.id).f() + (len - 1) * V;  // logits: (V)
-    double mx = -INFINITY;
-    for (std::int64_t v = 0; v < V; ++v) mx = std::max(mx, double(logits[v]) / o.temperature);
-    for (std::int64_t v = 0; v < V; ++v) p[std::size_t(v)] = std::exp(double(logits[v]) / o.temperature - mx);
-    if (o.top_k > 0 && o.top_k < V) {
-      std::vector<double> sorted = p;
-      std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<>());
-      const double kth = sorted[std::size_t(o.top_k - 1)];
-      for (double& x : p)
-        if (x < kth) x = 0;
-    }
-    std::discrete_distribution<std::int32_t> pick(p.begin(), p.end());
-    ids.push_back(pick(rng));
+    const float* logits = ex.value(m.logits.id).f();  // logits: (N, T, V)
+    for (std::int64_t i = 0; i < N; ++i)
+      ids[std::size_t(i)].push_back(draw(logits + (i * T + len - 1) * V, V, o, rng[std::size_t(i)], p));
   }
-  return o.prompt + d.decode(std::vector<std::int32_t>(ids.end() - o.tokens, ids.end()));
+  std::vector<std::string> out;
+  for (const auto& row : ids)
+    out.push_back(o.prompt + d.decode(std::vector<std::int32_t>(row.end() - o.tokens, row.end())));
+  return out;
 }
 
 }  // namespace gg::models

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "gpt.h"
 #include "../train/checkpoint.h"
@@ -56,6 +57,13 @@ struct SampleOptions {
 // next token is drawn from softmax(logits / temperature), optionally among the top k.
 // Throws InputError for a prompt character outside the vocabulary or bad options.
 std::string sample_text(const GptConfig& c, const ParamStore& params, const std::string& vocab, const SampleOptions& o);
+
+// `samples` continuations of the same prompt drawn side by side, one batch row each, one
+// forward pass per generated token for all of them: continuation i is the one sample_text
+// draws with seed o.seed + i (each row's logits do not depend on the other rows).
+// Throws InputError as sample_text does, and for samples outside [1, 4096].
+std::vector<std::string> sample_texts(const GptConfig& c, const ParamStore& params, const std::string& vocab,
+                                      const SampleOptions& o, std::int64_t samples);
 
 // A char-LM checkpoint's model, weights and vocabulary; throws InputError naming the file.
 struct CharLmCheckpoint {

@@ -176,6 +176,8 @@ const std::vector<Row> kRows = {
      {"--weight-decay"}},
     {"sample --top-k 4294967297", [](const TempDir&) { return std::string("sample --checkpoint x --top-k 4294967297"); },
      2, {"--top-k"}},
+    {"sample --samples 0", [](const TempDir&) { return std::string("sample --checkpoint x --samples 0"); }, 2,
+     {"--samples"}},
     {"replay --lr 1e8 writes no non-finite parameters",
      [](const TempDir& d) {
        return "replay --config " + kConfig + " --weights " + kWeights + " --batches " + kBatches +
@@ -288,4 +290,23 @@ TEST_CASE("the bad-input matrix: every row refused with one short line, or accep
     for (const std::string& m : row.message) CHECK_MESSAGE(contains(r.err, m), "the message should say '" << m << "'");
   }
   MESSAGE(kRows.size() << " rows");
+}
+
+TEST_CASE("cli: sample --samples N prints N continuations side by side, the i-th the one --seed s + i gives") {
+  TempDir dir;
+  tiny_train(dir);
+  const std::string base = "sample --checkpoint " + quote(dir.file("run/checkpoint.safetensors")) + " --tokens 12 --prompt the";
+  const Result batch = run(base + " --samples 3 --seed 7");
+  INFO("stdout: " << batch.out << "\nstderr: " << batch.err);
+  REQUIRE(batch.status == 0);
+  for (int i = 0; i < 3; ++i) {
+    const std::string header = "--- sample " + std::to_string(i + 1) + " (seed " + std::to_string(7 + i) + ") ---\n";
+    const std::size_t at = batch.out.find(header);
+    REQUIRE(at != std::string::npos);
+    const Result one = run(base + " --seed " + std::to_string(7 + i));
+    REQUIRE(one.status == 0);
+    CHECK(batch.out.compare(at + header.size(), one.out.size(), one.out) == 0);  // "the..." and its newline
+  }
+  const Result single = run(base + " --seed 7");
+  CHECK(single.out.find("--- sample") == std::string::npos);  // one sample: the text alone, as before
 }

@@ -5,8 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "tests/test_util.h"
 #include "train/data.h"
@@ -121,4 +124,30 @@ TEST_CASE("sample_text: deterministic, greedy with top_k = 1, prompt checked") {
   o.temperature = 1;
   o.tokens = 0;
   CHECK(models::sample_text(m.config, m.params, m.vocab, o) == "a");
+}
+
+TEST_CASE("sample_texts: continuations side by side, the i-th the one sample_text draws with seed + i") {
+  BasicModel m;  // block_size 8: 20 tokens slide the window
+  models::SampleOptions o;
+  o.prompt = "ab";
+  o.tokens = 20;
+  o.seed = 40;
+  const std::vector<std::string> batch = models::sample_texts(m.config, m.params, m.vocab, o, 4);
+  REQUIRE(batch.size() == 4);
+  std::set<std::string> distinct(batch.begin(), batch.end());
+  CHECK(distinct.size() > 1);  // four seeds, not one text four times
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    CAPTURE(i);
+    models::SampleOptions one = o;
+    one.seed = o.seed + i;
+    CHECK(batch[i] == models::sample_text(m.config, m.params, m.vocab, one));
+  }
+  // Greedy rows are all the same text.
+  o.top_k = 1;
+  const std::vector<std::string> greedy = models::sample_texts(m.config, m.params, m.vocab, o, 3);
+  CHECK(greedy[0] == greedy[1]);
+  CHECK(greedy[1] == greedy[2]);
+  for (std::int64_t bad : {0, 4097})
+    CHECK(contains(error_of([&] { models::sample_texts(m.config, m.params, m.vocab, o, bad); }),
+                   fmt::format("--samples must be in [1, 4096], got {}", bad)));
 }
