@@ -190,6 +190,14 @@ std::vector<std::string> sample_texts(const GptConfig& c, const ParamStore& stor
   // context need not plan its whole window to continue a short prompt).
   const std::int64_t N = samples, T = std::min<std::int64_t>(c.block_size, std::int64_t(prompt.size()) + o.tokens),
                      V = c.vocab_size;
+  // Bounded work and memory whatever the flags: a forward pass over at most 2^20 tokens, at
+  // most 2^26 characters kept in all.
+  if (N * T > (std::int64_t(1) << 20))
+    throw InputError(fmt::format("--samples {} with a window of {} tokens is {} tokens a forward pass, more than {}", N,
+                                 T, N * T, std::int64_t(1) << 20));
+  if (N * (std::int64_t(prompt.size()) + o.tokens) > (std::int64_t(1) << 26))
+    throw InputError(fmt::format("--samples {} x {} characters each is more than {} characters in all", N,
+                                 std::int64_t(prompt.size()) + o.tokens, std::int64_t(1) << 26));
   Graph g;
   Gpt m = build_gpt(g, c, N, T, /*with_loss=*/false, /*training=*/false);
   ParamStore params = store;

@@ -61,7 +61,8 @@ std::string sample_text(const GptConfig& c, const ParamStore& params, const std:
 // `samples` continuations of the same prompt drawn side by side, one batch row each, one
 // forward pass per generated token for all of them: continuation i is the one sample_text
 // draws with seed o.seed + i (each row's logits do not depend on the other rows).
-// Throws InputError as sample_text does, and for samples outside [1, 4096].
+// Throws InputError as sample_text does, for samples outside [1, 4096], and when the batch
+// would pass more than 2^20 tokens a forward or keep more than 2^26 characters.
 std::vector<std::string> sample_texts(const GptConfig& c, const ParamStore& params, const std::string& vocab,
                                       const SampleOptions& o, std::int64_t samples);
 

@@ -150,4 +150,11 @@ TEST_CASE("sample_texts: continuations side by side, the i-th the one sample_tex
   for (std::int64_t bad : {0, 4097})
     CHECK(contains(error_of([&] { models::sample_texts(m.config, m.params, m.vocab, o, bad); }),
                    fmt::format("--samples must be in [1, 4096], got {}", bad)));
+  o.tokens = 1 << 20;  // 4096 rows of a million characters: refused before anything is allocated
+  CHECK(contains(error_of([&] { models::sample_texts(m.config, m.params, m.vocab, o, 4096); }),
+                 "--samples 4096 x 1048578 characters each is more than 67108864 characters in all"));
+  models::GptConfig wide = m.config;  // a window of 2^10 tokens: 1025 rows pass more than 2^20 a forward
+  wide.block_size = 1024;
+  CHECK(contains(error_of([&] { models::sample_texts(wide, m.params, m.vocab, o, 1025); }),
+                 "--samples 1025 with a window of 1024 tokens is 1049600 tokens a forward pass, more than 1048576"));
 }
