@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <ranges>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -293,17 +294,16 @@ AbSide ab_side(const std::vector<std::string>& ab, const std::vector<std::string
       throw InputError(fmt::format("--ab: '{}' is not a planning switch (the switches: {})", name,
                                    fmt::join(executor_switch_names(), ", ")));
   side.label = switches_off(side.options);
-  std::vector<std::string> known;
-  for (const auto& [name, kind] : skip_work_names()) known.push_back(name);
-  known.push_back("optimizer");
   for (const std::string& name : without) {
-    const auto it = std::find(known.begin(), known.end(), name);
-    if (it == known.end())
-      throw InputError(fmt::format("--without: '{}' is not a kind of work (the kinds: {})", name, fmt::join(known, ", ")));
-    if (name == "optimizer")
+    const auto& kinds = skip_work_names();
+    const auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == name; });
+    if (it != kinds.end())
+      side.skip |= it->second;
+    else if (name == "optimizer")
       side.optimizer = false;
     else
-      side.skip |= skip_work_names()[std::size_t(it - known.begin())].second;
+      throw InputError(fmt::format("--without: '{}' is not a kind of work (the kinds: {}, optimizer)", name,
+                                   fmt::join(kinds | std::views::keys, ", ")));
   }
   if (!without.empty())
     side.label += fmt::format("{}left out: {} (timing only: the values are wrong)", side.label.empty() ? "" : "; ",

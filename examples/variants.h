@@ -88,8 +88,8 @@ inline bool compare_variants(const std::vector<Run>& runs, const std::string& ou
     dirs.push_back(out + "/" + r.name);
   }
   fmt::print("\nwrote {0}/loss.csv, {0}/loss.svg (each run's in {1})\n", out, fmt::join(dirs, ", "));
-  const auto best = std::min_element(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.val_after < b.val_after; });
-  const auto worst = std::max_element(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.val_after < b.val_after; });
+  const auto [best, worst] =
+      std::minmax_element(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.val_after < b.val_after; });
   fmt::print("better: {} (val {:.4f} vs {:.4f})\n", best->name, best->val_after, worst->val_after);
   fmt::print("claim: both stay finite and learn: {}\n", ok ? "holds" : "DOES NOT HOLD");
   return ok;

@@ -690,7 +690,7 @@ void Executor::run_chain(const SliceChain& c) {
         const Step& st = steps_[t];
         const SliceStep& ss = c.steps[t - c.first];
         if (i + 1 < e) prefetch_slice(c, t, i + 1, next_idx);
-        if (skip_ && !detect_anomaly_ && skipped(st, skip_, /*in_chain=*/true)) continue;
+        if (skip_ && skipped(st, skip_, /*in_chain=*/true)) continue;  // (chains never run in anomaly mode)
         if (st.group >= 0) {
           const FusedGroup& grp = fusion_.groups[std::size_t(st.group)];
           if (!ss.any_local) {
@@ -1068,6 +1068,10 @@ void Executor::run() {
   }
   if (detect_anomaly_ && !chains_.empty()) bind_locals_unsliced();  // its chains run step by step
   const unsigned skip = detect_anomaly_ ? 0u : skip_;
+  auto checks = [&](const Step& st) {  // value checks, not run while work is left out
+    if (!skip)
+      for (std::size_t c : st.checks) run_check(c);
+  };
   for (std::size_t t = 0; t < steps_.size(); ++t) {
     if (!chain_at_.empty() && chain_at_[t] >= 0 && !detect_anomaly_) {
       const SliceChain& c = chains_[std::size_t(chain_at_[t])];
@@ -1081,15 +1085,12 @@ void Executor::run() {
         ++sliced_calls_;
         sliced_steps_ += std::int64_t(c.last - c.first + 1);
       }
-      if (!skip)
-        for (std::size_t u = c.first; u <= c.last; ++u)
-          for (std::size_t ck : steps_[u].checks) run_check(ck);
+      for (std::size_t u = c.first; u <= c.last; ++u) checks(steps_[u]);
       t = c.last;
       continue;
     }
     if ((steps_[t].in_place || by_epilogue_[t]) && !detect_anomaly_) {  // the chains or its product ran it
-      if (!skip)
-        for (std::size_t c : steps_[t].checks) run_check(c);
+      checks(steps_[t]);
       continue;
     }
     Step* run_st = &steps_[t];
@@ -1119,8 +1120,7 @@ void Executor::run() {
     if (!profile_) {
       compute();
       if (detect_anomaly_) check_anomaly(st);
-      if (!skip)
-        for (std::size_t c : st.checks) run_check(c);
+      checks(st);
       continue;
     }
     auto t0 = std::chrono::steady_clock::now();
@@ -1136,8 +1136,7 @@ void Executor::run() {
       ++op_calls_[std::size_t(n.op)];
     }
     if (detect_anomaly_) check_anomaly(st);
-    if (!skip)
-      for (std::size_t c : st.checks) run_check(c);
+    checks(st);
   }
 }
 

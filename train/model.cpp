@@ -117,7 +117,7 @@ void Model::init_params(std::uint64_t seed) {
 }
 
 Model::Plan& Model::plan(const Batch& b, bool training) {
-  const std::string key = plan_key(b, training) + "|off:" + switches_off(plan_options_);
+  const std::string key = plan_key(b, training) + options_key_;
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();
   p->training = training;
@@ -197,7 +197,10 @@ View Model::train_output(const std::string& name) const {
 
 Executor& Model::plan_for(const Batch& b, bool training) { return *plan(b, training).ex; }
 
-void Model::set_plan_options(const ExecutorOptions& o) { plan_options_ = o; }
+void Model::set_plan_options(const ExecutorOptions& o) {
+  plan_options_ = o;
+  options_key_ = "|off:" + switches_off(o);
+}
 
 void Model::set_detect_anomaly(bool on) {
   detect_anomaly_ = on;

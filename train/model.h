@@ -135,6 +135,7 @@ class Model {
   Plan* last_train_ = nullptr;
   bool detect_anomaly_ = false;
   ExecutorOptions plan_options_;
+  std::string options_key_ = "|off:" + switches_off(plan_options_);  // plan_options_'s part of a plan's key
   std::mt19937_64 rng_{0};
 };
 

@@ -44,7 +44,6 @@ TEST_CASE("gradcheck: rms_norm, rotary_embedding (from position 0 and from 3) an
     Expr x = input(g, "x", {2, 2, 3, 6});  // (B, H, T, hs)
     Expr y = rotary_embedding(x, start, 100.f);
     ParamStore ps;
-    std::vector<Expr> wrt{x};
     GradcheckResult r = gradcheck(g, weighted_sum(y).id, {x.id}, ps, {{"x", tensor({2, 2, 3, 6}, -1.f, 1.f, 4)}});
     INFO(r.worst);
     CHECK(r.ok);
