@@ -114,25 +114,29 @@ Expr scalar(Graph& g, float v, Loc loc) {
 Init normal_init(float std, float mean) { return {Init::normal, mean, std}; }
 Init uniform_init(float lo, float hi) { return {Init::uniform, lo, hi}; }
 
-#define GG_WRAP1(fn)                      \
-  Expr fn(Expr x, Loc loc) {              \
+#define GG_DSL_leaf(name)
+#define GG_DSL_other(name)
+#define GG_DSL_unary(fn)                         \
+  Expr fn(Expr x, Loc loc) {                     \
     UserSite site(graph_of(#fn, loc, {x}), loc); \
-    return {x.g, op::fn(*x.g, x.id, loc)}; \
+    return {x.g, op::fn(*x.g, x.id, loc)};       \
   }
-GG_WRAP1(exp)
-GG_WRAP1(log)
-GG_WRAP1(sqrt)
-GG_WRAP1(tanh)
-GG_WRAP1(erf)
-#undef GG_WRAP1
+#define GG_DSL_binary(fn)                           \
+  Expr fn(Expr a, Expr b, Loc loc) {                \
+    UserSite site(graph_of(#fn, loc, {a, b}), loc); \
+    return {a.g, op::fn(*a.g, a.id, b.id, loc)};    \
+  }
+#define OP(name, arity, family) GG_DSL_##family(name)
+#include "../ops/op_list.def"
+#undef OP
+#undef GG_DSL_leaf
+#undef GG_DSL_other
+#undef GG_DSL_unary
+#undef GG_DSL_binary
 
 Expr matmul(Expr a, Expr b, bool ta, bool tb, Loc loc) {
   UserSite site(graph_of("matmul", loc, {a, b}), loc);
   return {a.g, op::matmul(*a.g, a.id, b.id, ta, tb, loc)};
-}
-Expr maximum(Expr a, Expr b, Loc loc) {
-  UserSite site(graph_of("maximum", loc, {a, b}), loc);
-  return {a.g, op::maximum(*a.g, a.id, b.id, loc)};
 }
 Expr compare(Expr a, Expr b, Cmp cmp, Loc loc) {
   UserSite site(graph_of("compare", loc, {a, b}), loc);

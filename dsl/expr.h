@@ -72,12 +72,19 @@ using Scope = NameScope;
 
 // Primitives.
 Expr matmul(Expr a, Expr b, bool trans_a = false, bool trans_b = false, Loc loc = Loc::current());
-Expr exp(Expr x, Loc loc = Loc::current());
-Expr log(Expr x, Loc loc = Loc::current());
-Expr sqrt(Expr x, Loc loc = Loc::current());
-Expr tanh(Expr x, Loc loc = Loc::current());
-Expr erf(Expr x, Loc loc = Loc::current());
-Expr maximum(Expr a, Expr b, Loc loc = Loc::current());
+// The unary and binary element-wise primitives of ops/op_list.def, one function each:
+// exp(x), tanh(x), ..., maximum(a, b), add(a, b) (the operators above are the same ops).
+#define GG_DSL_leaf(name)
+#define GG_DSL_other(name)
+#define GG_DSL_unary(name) Expr name(Expr x, Loc loc = Loc::current());
+#define GG_DSL_binary(name) Expr name(Expr a, Expr b, Loc loc = Loc::current());
+#define OP(name, arity, family) GG_DSL_##family(name)
+#include "../ops/op_list.def"
+#undef OP
+#undef GG_DSL_leaf
+#undef GG_DSL_other
+#undef GG_DSL_unary
+#undef GG_DSL_binary
 Expr compare(Expr a, Expr b, Cmp cmp, Loc loc = Loc::current());
 Expr where(Expr cond, Expr a, Expr b, Loc loc = Loc::current());
 Expr sum(Expr x, std::int64_t axis, bool keepdim = false, Loc loc = Loc::current());

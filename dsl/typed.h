@@ -285,14 +285,22 @@ T<A...> operator-(const T<A...>& a) {
 }
 
 // Unary element-wise ops and the shape-preserving composites: x: (D...) -> (D...).
-template <class... D>
-T<D...> exp(const T<D...>& x, Loc loc = Loc::current()) { return T<D...>(dsl::exp(x, loc), loc); }
-template <class... D>
-T<D...> log(const T<D...>& x, Loc loc = Loc::current()) { return T<D...>(dsl::log(x, loc), loc); }
-template <class... D>
-T<D...> sqrt(const T<D...>& x, Loc loc = Loc::current()) { return T<D...>(dsl::sqrt(x, loc), loc); }
-template <class... D>
-T<D...> tanh(const T<D...>& x, Loc loc = Loc::current()) { return T<D...>(dsl::tanh(x, loc), loc); }
+// The unary primitives of ops/op_list.def, one each: exp(x), tanh(x), ...
+#define GG_TYPED_leaf(name)
+#define GG_TYPED_other(name)
+#define GG_TYPED_binary(name)
+#define GG_TYPED_unary(name)                                     \
+  template <class... D>                                          \
+  T<D...> name(const T<D...>& x, Loc loc = Loc::current()) {     \
+    return T<D...>(dsl::name(x, loc), loc);                      \
+  }
+#define OP(name, arity, family) GG_TYPED_##family(name)
+#include "../ops/op_list.def"
+#undef OP
+#undef GG_TYPED_leaf
+#undef GG_TYPED_other
+#undef GG_TYPED_binary
+#undef GG_TYPED_unary
 template <class... D>
 T<D...> gelu(const T<D...>& x, GeluKind kind = GeluKind::erf, Loc loc = Loc::current()) {
   return T<D...>(dsl::gelu(x, kind, loc), loc);

@@ -61,23 +61,19 @@ NodeId random(Graph& g, Shape shape, Loc loc) {
   return make(g, OpKind::random, {}, at, loc);
 }
 
-#define GG_BINARY(name) \
+#define GG_BUILD_leaf(name)
+#define GG_BUILD_other(name)
+#define GG_BUILD_binary(name) \
   NodeId name(Graph& g, NodeId a, NodeId b, Loc loc) { return make(g, OpKind::name, {a, b}, {}, loc); }
-GG_BINARY(add)
-GG_BINARY(sub)
-GG_BINARY(mul)
-GG_BINARY(div)
-GG_BINARY(maximum)
-#undef GG_BINARY
-#define GG_UNARY(name) \
+#define GG_BUILD_unary(name) \
   NodeId name(Graph& g, NodeId x, Loc loc) { return make(g, OpKind::name, {x}, {}, loc); }
-GG_UNARY(neg)
-GG_UNARY(exp)
-GG_UNARY(log)
-GG_UNARY(sqrt)
-GG_UNARY(tanh)
-GG_UNARY(erf)
-#undef GG_UNARY
+#define OP(name, arity, family) GG_BUILD_##family(name)
+#include "ops/op_list.def"
+#undef OP
+#undef GG_BUILD_leaf
+#undef GG_BUILD_other
+#undef GG_BUILD_unary
+#undef GG_BUILD_binary
 
 NodeId compare(Graph& g, NodeId a, NodeId b, Cmp cmp, Loc loc) {
   Attrs at;

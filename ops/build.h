@@ -20,17 +20,19 @@ NodeId constant(Graph& g, std::vector<float> values, Shape shape, DType dtype = 
 NodeId scalar(Graph& g, float value, Loc loc = Loc::current());
 NodeId random(Graph& g, Shape shape, Loc loc = Loc::current());
 
-NodeId add(Graph& g, NodeId a, NodeId b, Loc loc = Loc::current());
-NodeId sub(Graph& g, NodeId a, NodeId b, Loc loc = Loc::current());
-NodeId mul(Graph& g, NodeId a, NodeId b, Loc loc = Loc::current());
-NodeId div(Graph& g, NodeId a, NodeId b, Loc loc = Loc::current());
-NodeId maximum(Graph& g, NodeId a, NodeId b, Loc loc = Loc::current());
-NodeId neg(Graph& g, NodeId x, Loc loc = Loc::current());
-NodeId exp(Graph& g, NodeId x, Loc loc = Loc::current());
-NodeId log(Graph& g, NodeId x, Loc loc = Loc::current());
-NodeId sqrt(Graph& g, NodeId x, Loc loc = Loc::current());
-NodeId tanh(Graph& g, NodeId x, Loc loc = Loc::current());
-NodeId erf(Graph& g, NodeId x, Loc loc = Loc::current());
+// The unary and binary element-wise primitives of op_list.def, one builder each:
+// NodeId exp(Graph&, NodeId x, Loc), NodeId add(Graph&, NodeId a, NodeId b, Loc), ...
+#define GG_BUILDER_leaf(name)
+#define GG_BUILDER_other(name)
+#define GG_BUILDER_unary(name) NodeId name(Graph& g, NodeId x, Loc loc = Loc::current());
+#define GG_BUILDER_binary(name) NodeId name(Graph& g, NodeId a, NodeId b, Loc loc = Loc::current());
+#define OP(name, arity, family) GG_BUILDER_##family(name)
+#include "op_list.def"
+#undef OP
+#undef GG_BUILDER_leaf
+#undef GG_BUILDER_other
+#undef GG_BUILDER_unary
+#undef GG_BUILDER_binary
 NodeId compare(Graph& g, NodeId a, NodeId b, Cmp cmp, Loc loc = Loc::current());
 NodeId where(Graph& g, NodeId cond, NodeId a, NodeId b, Loc loc = Loc::current());
 

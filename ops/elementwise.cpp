@@ -1,13 +1,14 @@
-// Element-wise primitives: add, sub, mul, div, maximum, neg, exp, log, sqrt, tanh, erf,
-// compare and where. Each op's shape rule, kernel and gradient rule sit together; the
-// kernels are generic lambdas run by ops/simd.h over float batches with a scalar tail.
+// Element-wise primitives: the rules of the unary and binary records (ops/elementwise_fn.h),
+// made from each record by one template, and the selection ops compare and where written
+// out. The kernels are generic functors run by ops/simd.h over float batches with a
+// scalar tail.
 // Binary ops broadcast like numpy; gradients keep the output's shape (the reverse pass
 // sums them down to each input's shape).
 #include <cmath>
-#include <numbers>
 
-#include "ops/kernel_util.h"
 #include "ops/elementwise_fn.h"
+#include "ops/eval_f64.h"
+#include "ops/kernel_util.h"
 #include "ops/simd.h"
 
 namespace gg {
@@ -84,109 +85,57 @@ void unary_kernel(const KernelArgs& a, F f) {
   });
 }
 
+// ---- the unary and binary records' rules (ops/elementwise_fn.h), one per op_list.def line
+
+template <class F>
+const ElementFns element_fns_unary = {
+    [](std::size_t n, float* dst, const float* x) { simd::map(n, dst, x, F{}); },
+    nullptr, nullptr, nullptr,
+    [](float x, float) { return F{}(x); },
+    F::transcendental};
+
+template <class F>
+const ElementFns element_fns_binary = {
+    nullptr,
+    [](std::size_t n, float* dst, const float* x, const float* y) { simd::zip(n, dst, x, y, F{}); },
+    [](std::size_t n, float* dst, float x, const float* y) { simd::zip_scalar_left(n, dst, x, y, F{}); },
+    [](std::size_t n, float* dst, const float* x, float y) { simd::zip_scalar_right(n, dst, x, y, F{}); },
+    [](float x, float y) { return F{}(x, y); },
+    F::transcendental};
+
+// The record's identity rule, if it has one.
+template <class F>
+constexpr IdentityRule identity_of() {
+  if constexpr (requires { &F::identity; }) return &F::identity;
+  else return nullptr;
+}
+
+template <class F>
+constexpr OpRule unary_rule() {
+  return {OpClass::elementwise, infer_unary, [](const KernelArgs& a) { unary_kernel(a, F{}); }, F::grad, F::tangent,
+          [](const F64Args& a) { f64::unary(a, [](double x) { return F::f64(x); }); }, &element_fns_unary<F>,
+          identity_of<F>()};
+}
+template <class F>
+constexpr OpRule binary_rule() {
+  return {OpClass::elementwise, infer_binary, [](const KernelArgs& a) { binary_kernel(a, F{}); }, F::grad, F::tangent,
+          [](const F64Args& a) { f64::binary(a, [](double x, double y) { return F::f64(x, y); }); },
+          &element_fns_binary<F>, identity_of<F>()};
+}
+
 }  // namespace
 
-// ---- add ---------------------------------------------------------------------------
-// d/da (a + b) = 1, d/db (a + b) = 1
-const OpRule add_rule = {
-    infer_binary,
-    [](const KernelArgs& a) { binary_kernel(a, fn::add{}); },
-    [](GradArgs& a) {
-      a.gin[0] = a.gout;
-      a.gin[1] = a.gout;
-    }};
-
-// ---- sub ---------------------------------------------------------------------------
-// d/da (a - b) = 1, d/db (a - b) = -1
-const OpRule sub_rule = {
-    infer_binary,
-    [](const KernelArgs& a) { binary_kernel(a, fn::sub{}); },
-    [](GradArgs& a) {
-      a.gin[0] = a.gout;
-      if (a.needs[1]) a.gin[1] = op::neg(a.g, a.gout);
-    }};
-
-// ---- mul ---------------------------------------------------------------------------
-// d/da (a * b) = b, d/db (a * b) = a
-const OpRule mul_rule = {
-    infer_binary,
-    [](const KernelArgs& a) { binary_kernel(a, fn::mul{}); },
-    [](GradArgs& a) {
-      if (a.needs[0]) a.gin[0] = op::mul(a.g, a.gout, a.in(1));
-      if (a.needs[1]) a.gin[1] = op::mul(a.g, a.gout, a.in(0));
-    }};
-
-// ---- div ---------------------------------------------------------------------------
-// d/da (a / b) = 1 / b, d/db (a / b) = -a / b^2 = -out / b
-const OpRule div_rule = {
-    infer_binary,
-    [](const KernelArgs& a) { binary_kernel(a, fn::div{}); },
-    [](GradArgs& a) {
-      if (a.needs[0]) a.gin[0] = op::div(a.g, a.gout, a.in(1));
-      if (a.needs[1]) a.gin[1] = op::neg(a.g, op::mul(a.g, a.gout, op::div(a.g, a.node, a.in(1))));
-    }};
-
-// ---- maximum -----------------------------------------------------------------------
-// d/da max(a, b) = [a >= b], d/db max(a, b) = [a < b]  (ties go to a)
-const OpRule maximum_rule = {
-    infer_binary,
-    [](const KernelArgs& a) { binary_kernel(a, fn::maximum{}); },
-    [](GradArgs& a) {
-      if (a.needs[0]) a.gin[0] = op::mul(a.g, a.gout, op::compare(a.g, a.in(0), a.in(1), Cmp::ge));
-      if (a.needs[1]) a.gin[1] = op::mul(a.g, a.gout, op::compare(a.g, a.in(0), a.in(1), Cmp::lt));
-    }};
-
-// ---- neg ---------------------------------------------------------------------------
-// d/dx (-x) = -1
-const OpRule neg_rule = {
-    infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, fn::neg{}); },  // x * -1 (keeps the sign of zero)
-    [](GradArgs& a) { a.gin[0] = op::neg(a.g, a.gout); }};
-
-// ---- exp ---------------------------------------------------------------------------
-// d/dx exp(x) = exp(x)
-const OpRule exp_rule = {
-    infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, fn::exp{}); },
-    [](GradArgs& a) { a.gin[0] = op::mul(a.g, a.gout, a.node); }};
-
-// ---- log ---------------------------------------------------------------------------
-// d/dx log(x) = 1 / x
-const OpRule log_rule = {
-    infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, fn::log{}); },
-    [](GradArgs& a) { a.gin[0] = op::div(a.g, a.gout, a.in(0)); }};
-
-// ---- sqrt --------------------------------------------------------------------------
-// d/dx sqrt(x) = 1 / (2 sqrt(x))
-const OpRule sqrt_rule = {
-    infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, fn::sqrt{}); },
-    [](GradArgs& a) {
-      a.gin[0] = op::div(a.g, a.gout, op::mul(a.g, op::scalar(a.g, 2.f), a.node));
-    }};
-
-// ---- tanh --------------------------------------------------------------------------
-// d/dx tanh(x) = 1 - tanh(x)^2
-const OpRule tanh_rule = {
-    infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, fn::tanh{}); },
-    [](GradArgs& a) {
-      NodeId one = op::scalar(a.g, 1.f);
-      a.gin[0] = op::mul(a.g, a.gout, op::sub(a.g, one, op::mul(a.g, a.node, a.node)));
-    }};
-
-// ---- erf ---------------------------------------------------------------------------
-// d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2)
-const OpRule erf_rule = {
-    infer_unary,
-    [](const KernelArgs& a) { unary_kernel(a, fn::erf{}); },
-    [](GradArgs& a) {
-      NodeId x = a.in(0);
-      NodeId c = op::scalar(a.g, float(2.0 / std::sqrt(std::numbers::pi)));
-      NodeId e = op::exp(a.g, op::neg(a.g, op::mul(a.g, x, x)));
-      a.gin[0] = op::mul(a.g, a.gout, op::mul(a.g, c, e));
-    }};
+#define GG_RULE_leaf(name)
+#define GG_RULE_other(name)
+#define GG_RULE_unary(name) const OpRule name##_rule = unary_rule<fn::name>();
+#define GG_RULE_binary(name) const OpRule name##_rule = binary_rule<fn::name>();
+#define OP(name, arity, family) GG_RULE_##family(name)
+#include "ops/op_list.def"
+#undef OP
+#undef GG_RULE_leaf
+#undef GG_RULE_other
+#undef GG_RULE_unary
+#undef GG_RULE_binary
 
 // ---- compare -----------------------------------------------------------------------
 // A step function: no gradient flows through it.
@@ -222,9 +171,22 @@ void compare_f32(const KernelArgs& a) {
 }
 static_assert(int(Cmp::lt) == 0 && int(Cmp::le) == 1 && int(Cmp::gt) == 2 && int(Cmp::ge) == 3 &&
               int(Cmp::eq) == 4 && int(Cmp::ne) == 5);
+
+bool compare_f64(Cmp c, double u, double v) {
+  switch (c) {
+    case Cmp::lt: return u < v;
+    case Cmp::le: return u <= v;
+    case Cmp::gt: return u > v;
+    case Cmp::ge: return u >= v;
+    case Cmp::eq: return u == v;
+    case Cmp::ne: return u != v;
+  }
+  return false;
+}
 }  // namespace
 
 const OpRule compare_rule = {
+    OpClass::selection,
     [](const Graph& g, Node& n) {
       const Node& a = g.node(n.inputs[0]);
       const Node& b = g.node(n.inputs[1]);
@@ -238,11 +200,30 @@ const OpRule compare_rule = {
       if (a.in[0].dtype == DType::i32) compare_rows_i32(a);
       else compare_f32(a);
     },
-    nullptr};
+    nullptr,
+    nullptr,
+    [](const F64Args& a) {
+      const Cmp c = a.n.attrs.cmp;
+      f64::binary(a, [c](double x, double y) { return compare_f64(c, x, y) ? 1.0 : 0.0; });
+    },
+    nullptr,
+    nullptr,
+    [](const Node& n) { return std::string(cmp_name(n.attrs.cmp)); }};
 
 // ---- where -------------------------------------------------------------------------
+namespace {
+// A constant node all of whose values are -inf (a mask fill).
+bool minus_inf_constant(const Node& n) {
+  if (n.op != OpKind::constant || !n.attrs.data || n.attrs.data->empty()) return false;
+  for (float v : *n.attrs.data)
+    if (!(std::isinf(v) && v < 0)) return false;
+  return true;
+}
+}  // namespace
+
 // d/da where(c, a, b) = [c], d/db where(c, a, b) = [not c]
 const OpRule where_rule = {
+    OpClass::selection,
     [](const Graph& g, Node& n) {
       detail::require_dtype(g, n, 0, DType::f32, "condition");
       detail::require_dtype(g, n, 1, DType::f32, "value if true");
@@ -271,6 +252,25 @@ const OpRule where_rule = {
       NodeId zero = op::scalar(a.g, 0.f);
       if (a.needs[1]) a.gin[1] = op::where(a.g, a.in(0), a.gout, zero);
       if (a.needs[2]) a.gin[2] = op::where(a.g, a.in(0), zero, a.gout);
+    },
+    // A branch's constant axes, and the condition's unless the other branch is a -inf fill
+    // (-inf + c = -inf).
+    [](const Graph& g, const Node& n, std::span<const TangentShape* const> in, TangentShape& out) {
+      out.constant.assign(n.shape.size(), 1);
+      for (std::size_t i = 1; i < 3; ++i) {
+        if (!tangent_varies(in[i])) continue;
+        and_into(out.constant, aligned_tangent(g, n, i, in[i]));
+        if (!minus_inf_constant(g.node(n.inputs[3 - i]))) and_into(out.constant, broadcast_axes(g, n, 0));
+      }
+    },
+    [](const F64Args& a) {
+      const Shape& s = a.out.shape;
+      auto sc = f64::aligned_strides(s, a.in(0).shape), sa = f64::aligned_strides(s, a.in(1).shape),
+           sb = f64::aligned_strides(s, a.in(2).shape);
+      for (std::int64_t i = 0; i < std::int64_t(a.out.v.size()); ++i)
+        a.out.v[std::size_t(i)] = a.in(0).v[std::size_t(f64::source_index(s, sc, i))] != 0.0
+                                      ? a.in(1).v[std::size_t(f64::source_index(s, sa, i))]
+                                      : a.in(2).v[std::size_t(f64::source_index(s, sb, i))];
     }};
 
 }  // namespace gg

@@ -81,17 +81,14 @@ Fit row_fit(const Graph& g, NodeId id) {
     if (g.node(in).dtype != DType::f32) return f;
   const std::int64_t last = nd.shape.back();
   f.lead.assign(nd.shape.begin(), nd.shape.end() - 1);
-  switch (nd.op) {
-    case OpKind::sum: case OpKind::max:  // over the last axis, keepdim: (lead..., n) -> (lead..., 1)
-      if (!nd.attrs.keepdim || nd.attrs.axis != std::int64_t(nd.shape.size()) - 1) return f;
-      f.n = g.node(nd.inputs[0]).shape.back();
-      break;
-    case OpKind::where: case OpKind::compare: case OpKind::expand:
-      f.n = last == 1 ? -1 : last;
-      break;
-    default:
-      if (!op_arithmetic(nd.op)) return f;
-      f.n = last == 1 ? -1 : last;
+  const OpClass cls = op_class(nd.op);
+  if (cls == OpClass::reduction) {  // sum, max over the last axis, keepdim: (lead..., n) -> (lead..., 1)
+    if (!nd.attrs.keepdim || nd.attrs.axis != std::int64_t(nd.shape.size()) - 1) return f;
+    f.n = g.node(nd.inputs[0]).shape.back();
+  } else if (op_elementwise(nd.op) || nd.op == OpKind::expand) {
+    f.n = last == 1 ? -1 : last;
+  } else {
+    return f;
   }
   f.ok = f.n <= max_fused_row;
   return f;
@@ -140,10 +137,6 @@ struct Operand {
 };
 
 template <class F>
-void run_unary(F f, std::int64_t len, float* dst, Operand x) {
-  simd::map(std::size_t(len), dst, x.p, f);
-}
-template <class F>
 void run_binary(F f, std::int64_t len, float* dst, Operand x, Operand y) {
   if (x.one && y.one) std::fill(dst, dst + len, f(*x.p, *y.p));
   else if (x.one) simd::zip_scalar_left(std::size_t(len), dst, *x.p, y.p, f);
@@ -151,22 +144,16 @@ void run_binary(F f, std::int64_t len, float* dst, Operand x, Operand y) {
   else simd::zip(std::size_t(len), dst, x.p, y.p, f);
 }
 
-// Element-wise member over len values (a tile, a row, or for unary ops a block of rows).
+// Element-wise member over len values (a tile, a row, or for unary ops a block of rows),
+// by its record's element function.
 void run_instr(OpKind op, std::int64_t len, float* dst, Operand x, Operand y) {
-  switch (op) {
-    case OpKind::add: return run_binary(fn::add{}, len, dst, x, y);
-    case OpKind::sub: return run_binary(fn::sub{}, len, dst, x, y);
-    case OpKind::mul: return run_binary(fn::mul{}, len, dst, x, y);
-    case OpKind::div: return run_binary(fn::div{}, len, dst, x, y);
-    case OpKind::maximum: return run_binary(fn::maximum{}, len, dst, x, y);
-    case OpKind::neg: return run_unary(fn::neg{}, len, dst, x);
-    case OpKind::exp: return run_unary(fn::exp{}, len, dst, x);
-    case OpKind::log: return run_unary(fn::log{}, len, dst, x);
-    case OpKind::sqrt: return run_unary(fn::sqrt{}, len, dst, x);
-    case OpKind::tanh: return run_unary(fn::tanh{}, len, dst, x);
-    case OpKind::erf: return run_unary(fn::erf{}, len, dst, x);
-    default: GG_CHECK(false && "not an element-wise op");
-  }
+  const ElementFns& f = *op_rule(op).elem;
+  const std::size_t n = std::size_t(len);
+  if (f.map) return f.map(n, dst, x.p);
+  if (x.one && y.one) std::fill(dst, dst + len, f.scalar(*x.p, *y.p));
+  else if (x.one) f.zip_left(n, dst, *x.p, y.p);
+  else if (y.one) f.zip_right(n, dst, x.p, *y.p);
+  else f.zip(n, dst, x.p, y.p);
 }
 
 // d = [x cmp y] over one row: 1 or 0, as compare's kernel (the same fn::compare, in
@@ -251,22 +238,10 @@ struct Rows {
 
 // Binary element-wise member over a block: one pass when every operand runs through the
 // block in order, else row by row (the ops are exact: any split gives the kernel's bits).
-template <class F>
-void binary_rows(F f, std::int64_t nr, std::int64_t len, float* dst, const Rows& x, const Rows& y) {
-  bool xc = false, yc = false;
-  if (x.flat(len, xc) && y.flat(len, yc)) return run_binary(f, nr * len, dst, {x.base, xc}, {y.base, yc});
-  for (std::int64_t i = 0; i < nr; ++i) run_binary(f, len, dst + i * len, x.at(i), y.at(i));
-}
-
 void binary_member(OpKind op, std::int64_t nr, std::int64_t len, float* dst, const Rows& x, const Rows& y) {
-  switch (op) {
-    case OpKind::add: return binary_rows(fn::add{}, nr, len, dst, x, y);
-    case OpKind::sub: return binary_rows(fn::sub{}, nr, len, dst, x, y);
-    case OpKind::mul: return binary_rows(fn::mul{}, nr, len, dst, x, y);
-    case OpKind::div: return binary_rows(fn::div{}, nr, len, dst, x, y);
-    case OpKind::maximum: return binary_rows(fn::maximum{}, nr, len, dst, x, y);
-    default: GG_CHECK(false && "not a binary element-wise op");
-  }
+  bool xc = false, yc = false;
+  if (x.flat(len, xc) && y.flat(len, yc)) return run_instr(op, nr * len, dst, {x.base, xc}, {y.base, yc});
+  for (std::int64_t i = 0; i < nr; ++i) run_instr(op, len, dst + i * len, x.at(i), y.at(i));
 }
 
 // Rows [begin, end) of the group (begin a multiple of rows_unit(group)).
@@ -356,13 +331,14 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::
         float* dst = member(k);
         const Rows& x = operand(ins.a);
         bool xc = false;
+        if (op_arithmetic(ins.op)) {
+          // A unary member's operand has its shape: its block is one run. One pass over the
+          // block keeps the unary kernel's SIMD/scalar split.
+          if (op_arity(ins.op) == 1) run_instr(ins.op, nr * len, dst, x.at(0), Operand{nullptr, false});
+          else binary_member(ins.op, nr, len, dst, x, operand(ins.b));
+          continue;
+        }
         switch (ins.op) {
-          case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh:
-          case OpKind::erf:
-            // The operand has this member's shape: its block is one run. One pass over the
-            // block keeps the unary kernel's SIMD/scalar split.
-            run_instr(ins.op, nr * len, dst, x.at(0), Operand{nullptr, false});
-            break;
           case OpKind::sum:
             for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::sum(std::size_t(n), x.row(i));
             break;
@@ -395,7 +371,7 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::
             break;
           }
           default:
-            binary_member(ins.op, nr, len, dst, x, operand(ins.b));
+            GG_CHECK(false && "not a fusible member");
         }
       }
     }

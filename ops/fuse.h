@@ -4,9 +4,9 @@
 // the graph and its ids are unchanged; the executor runs a group as one step.
 //
 // A group works over a row space S = (lead..., n). Its members are f32 nodes of shape S
-// ("full") or (lead..., 1) ("reduced": one value per row): the element-wise ops (add,
-// sub, mul, div, maximum, neg, exp, log, sqrt, tanh, erf, where, compare), expand of a
-// value onto a member's shape, and sum / max over the last axis with keepdim (S ->
+// ("full") or (lead..., 1) ("reduced": one value per row): the element-wise ops (the
+// records of class elementwise or selection, ops/op_rule.h), expand of a value onto a
+// member's shape, and sum / max over the last axis with keepdim (S ->
 // (lead..., 1)). Its inputs, read from memory, are f32 values of any shape that
 // broadcasts onto S: layer-norm weights (n), row statistics (lead..., 1), masks (1, 1, T,
 // T), one-element scalars. A group is a DAG whose root (its last member) is stored; any
@@ -20,10 +20,11 @@
 // (ops/fuse_compiled.h; GG_COMPILED=0 interprets every group).
 //
 // Values are those of the ops run one by one, bit for bit. A reduction runs the unfused
-// kernel's row function (simd::sum / simd::max_of over a contiguous row); binary ops,
-// where, compare, neg and sqrt are exact whatever the SIMD/scalar split; exp, log, tanh
-// and erf run over blocks of whole rows that start on a register boundary of the flat
-// tensor, so their SIMD/scalar split is the unary kernel's.
+// kernel's row function (simd::sum / simd::max_of over a contiguous row); members whose
+// record is not transcendental (binary ops, where, compare, neg, sqrt) are exact whatever
+// the SIMD/scalar split; transcendental ones (exp, log, tanh, erf, ...) run over blocks of
+// whole rows that start on a register boundary of the flat tensor, so their SIMD/scalar
+// split is the unary kernel's.
 #pragma once
 
 #include <cstdint>

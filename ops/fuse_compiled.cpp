@@ -189,21 +189,15 @@ inline vf operand(const vf* v, const Bases<P>& b, std::int64_t col) {
   else return simd::load(b.row[O] + col);
 }
 
-// The element function of op on operands a(), b(), c() (values or registers).
+// The element function of op on operands a(), b(), c() (values or registers): the
+// record's functor for the unary and binary primitives (ops/elementwise_fn.h).
 template <auto I, class F1, class F2, class F3>
 inline auto element(F1 a, F2 b, F3 c) {
-  if constexpr (I.op == OpKind::add) return fn::add{}(a(), b());
-  else if constexpr (I.op == OpKind::sub) return fn::sub{}(a(), b());
-  else if constexpr (I.op == OpKind::mul) return fn::mul{}(a(), b());
-  else if constexpr (I.op == OpKind::div) return fn::div{}(a(), b());
-  else if constexpr (I.op == OpKind::maximum) return fn::maximum{}(a(), b());
-  else if constexpr (I.op == OpKind::neg) return fn::neg{}(a());
-  else if constexpr (I.op == OpKind::exp) return fn::exp{}(a());
-  else if constexpr (I.op == OpKind::log) return fn::log{}(a());
-  else if constexpr (I.op == OpKind::sqrt) return fn::sqrt{}(a());
-  else if constexpr (I.op == OpKind::tanh) return fn::tanh{}(a());
-  else if constexpr (I.op == OpKind::erf) return fn::erf{}(a());
-  else if constexpr (I.op == OpKind::compare) return fn::compare<int(I.cmp)>{}(a(), b());
+  if constexpr (requires { typename element_of<I.op>::type; }) {
+    using F = typename element_of<I.op>::type;
+    if constexpr (op_arity(I.op) == 1) return F{}(a());
+    else return F{}(a(), b());
+  } else if constexpr (I.op == OpKind::compare) return fn::compare<int(I.cmp)>{}(a(), b());
   else if constexpr (I.op == OpKind::where) return fn::where{}(a(), b(), c());
   else if constexpr (I.op == OpKind::expand) return a();  // a row's value (or an input) on every column
   else static_assert(always_false<decltype(I)>, "not an element-wise member");

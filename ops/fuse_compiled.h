@@ -28,15 +28,11 @@
 #include <span>
 #include <string>
 
+#include "ops/elementwise_fn.h"
 #include "ops/fuse.h"
 
 namespace gg {
 
-// exp, log, tanh and erf: the members whose SIMD body and scalar tail may round apart, so
-// that where a run splits between them must be the unary kernel's.
-constexpr bool transcendental(OpKind k) {
-  return k == OpKind::exp || k == OpKind::log || k == OpKind::tanh || k == OpKind::erf;
-}
 
 // The forms of a group's inputs, one letter an input, as the table writes them: F the group's
 // shape (rows in order), B one row for every row (a bias), R one value a row, S one value,

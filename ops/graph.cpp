@@ -22,7 +22,7 @@ struct OpEntry {
   const OpRule* rule;
 };
 const OpEntry op_table[] = {
-#define OP(name, arity) {#name, &name##_rule},
+#define OP(name, arity, family) {#name, &name##_rule},
 #include "ops/op_list.def"
 #undef OP
 };
@@ -31,18 +31,10 @@ static_assert(sizeof(op_table) / sizeof(op_table[0]) == op_count);
 
 const char* op_name(OpKind k) { return op_table[int(k)].name; }
 
-bool op_arithmetic(OpKind k) {
-  switch (k) {
-    case OpKind::add: case OpKind::sub: case OpKind::mul: case OpKind::div: case OpKind::maximum:
-    case OpKind::neg: case OpKind::exp: case OpKind::log: case OpKind::sqrt: case OpKind::tanh: case OpKind::erf:
-      return true;
-    default:
-      return false;
-  }
-}
-bool op_elementwise(OpKind k) { return op_arithmetic(k) || k == OpKind::compare || k == OpKind::where; }
-bool op_bound_leaf(OpKind k) { return k == OpKind::input || k == OpKind::param || k == OpKind::constant; }
 const OpRule& op_rule(OpKind k) { return *op_table[int(k)].rule; }
+bool op_arithmetic(OpKind k) { return op_class(k) == OpClass::elementwise; }
+bool op_elementwise(OpKind k) { return op_arithmetic(k) || op_class(k) == OpClass::selection; }
+bool op_bound_leaf(OpKind k) { return op_class(k) == OpClass::bound_leaf; }
 
 const char* cmp_name(Cmp c) {
   static const char* names[] = {"lt", "le", "gt", "ge", "eq", "ne"};
@@ -157,37 +149,10 @@ std::vector<NodeId> ancestors(const Graph& g, const std::vector<NodeId>& roots) 
 }
 
 namespace {
-// The attributes worth showing for a node, e.g. "axis=1, keepdim".
+// The attributes worth showing for a node, e.g. "axis=1, keepdim" (its record's).
 std::string attr_text(const Node& n) {
-  const Attrs& a = n.attrs;
-  switch (n.op) {
-    case OpKind::sum:
-    case OpKind::max:
-    case OpKind::argmax:
-      return fmt::format("axis={}{}", a.axis, a.keepdim ? ", keepdim" : "");
-    case OpKind::matmul:
-      return a.trans_a && a.trans_b ? "trans_a, trans_b" : a.trans_a ? "trans_a" : a.trans_b ? "trans_b" : "";
-    case OpKind::permute:
-      return fmt::format("perm={}", to_string(a.dims));
-    case OpKind::slice:
-      return fmt::format("axis={}, {}:{}", a.axis, a.begin, a.end);
-    case OpKind::concat:
-    case OpKind::gather:
-      return fmt::format("axis={}", a.axis);
-    case OpKind::scatter_add:
-      return fmt::format("axis={}, size={}", a.axis, a.end);
-    case OpKind::compare:
-      return cmp_name(a.cmp);
-    case OpKind::constant:
-      if (a.data && a.data->size() == 1) return fmt::format("{}", (*a.data)[0]);
-      return "";
-    case OpKind::param: {
-      static const char* k[] = {"zeros", "ones", "normal", "uniform"};
-      return fmt::format("init={}", k[a.init.kind]);
-    }
-    default:
-      return "";
-  }
+  const auto text = op_rule(n.op).attr_text;
+  return text ? text(n) : std::string();
 }
 }  // namespace
 

@@ -20,12 +20,12 @@
 namespace gg {
 
 enum class OpKind : std::uint8_t {
-#define OP(name, arity) name,
+#define OP(name, arity, family) name,
 #include "op_list.def"
 #undef OP
 };
 inline constexpr int op_count = 0
-#define OP(name, arity) +1
+#define OP(name, arity, family) +1
 #include "op_list.def"
 #undef OP
     ;
@@ -33,15 +33,15 @@ inline constexpr int op_count = 0
 const char* op_name(OpKind k);
 constexpr int op_arity(OpKind k) {  // -1: any number of inputs
   constexpr int arity[] = {
-#define OP(name, n) n,
+#define OP(name, n, family) n,
 #include "op_list.def"
 #undef OP
   };
   return arity[int(k)];
 }
-// The element-wise primitives: each output value depends only on the operands' values at
-// the same (broadcast) position. op_elementwise: add, sub, mul, div, maximum, neg, exp, log,
-// sqrt, tanh, erf, compare and where; op_arithmetic: the same but compare and where.
+// The element-wise primitives (their records' class, ops/op_rule.h): each output value
+// depends only on the operands' values at the same (broadcast) position. op_arithmetic:
+// the unary and binary ones of op_list.def; op_elementwise: those and compare and where.
 bool op_elementwise(OpKind k);
 bool op_arithmetic(OpKind k);
 // Leaves whose value exists before any step runs: input, param and constant (not random,

@@ -15,11 +15,19 @@ void check_index(const Node& n, const std::int32_t* idx, std::int64_t count, std
                                    site_string(n.loc), n.name, idx[i], i, size));
 }
 
+// The f64 interpreter's check of its (double) indices.
+void check_index_f64(const F64Args& a, const std::vector<double>& idx, std::int64_t size) {
+  for (std::size_t c = 0; c < idx.size(); ++c)
+    if (idx[c] < 0 || idx[c] >= double(size))
+      a.g.fail(a.n, fmt::format("index {} at position {} is out of range [0, {})", idx[c], c, size));
+}
+
 }  // namespace
 
 // ---- gather ------------------------------------------------------------------------
 // d/dx x.take(i) = scatter_add(g, i): each row of g adds into the row it was read from
 const OpRule gather_rule = {
+    OpClass::indexing,
     [](const Graph& g, Node& n) {
       const Node& x = g.node(n.inputs[0]);
       const Node& i = g.node(n.inputs[1]);
@@ -51,11 +59,32 @@ const OpRule gather_rule = {
       const Shape& xs = a.g.node(a.in(0)).shape;
       if (a.needs[0])
         a.gin[0] = op::scatter_add(a.g, a.gout, a.in(1), n.attrs.axis, xs[std::size_t(n.attrs.axis)]);
-    }};
+    },
+    // out = x.shape[:k] + index.shape + x.shape[k+1:]; the index has no tangent.
+    [](const Graph& g, const Node& n, std::span<const TangentShape* const> in, TangentShape& out) {
+      const std::vector<char>& x = in[0]->constant;
+      const std::size_t k = std::size_t(n.attrs.axis), ri = g.node(n.inputs[1]).shape.size();
+      for (std::size_t d = 0; d < n.shape.size(); ++d) out.constant[d] = d < k ? x[d] : d < k + ri ? x[k] : x[d - ri + 1];
+    },
+    [](const F64Args& a) {
+      const f64::Split3 s = f64::split_at(a.in(0).shape, a.n.attrs.axis);  // x: (outer, n, inner)
+      const std::vector<double>& idx = a.in(1).v;                          // index: (count)
+      const std::int64_t count = std::int64_t(idx.size());
+      check_index_f64(a, idx, s.n);
+      for (std::int64_t i = 0; i < s.outer; ++i)
+        for (std::int64_t c = 0; c < count; ++c)
+          for (std::int64_t k = 0; k < s.inner; ++k)
+            a.out.v[std::size_t((i * count + c) * s.inner + k)] =
+                a.in(0).v[std::size_t((i * s.n + std::int64_t(idx[std::size_t(c)])) * s.inner + k)];
+    },
+    nullptr,
+    nullptr,
+    [](const Node& n) { return fmt::format("axis={}", n.attrs.axis); }};
 
 // ---- scatter_add -------------------------------------------------------------------
 // d/dsrc scatter_add(src, i) = g.take(i)
 const OpRule scatter_add_rule = {
+    OpClass::indexing,
     [](const Graph& g, Node& n) {
       const Node& s = g.node(n.inputs[0]);
       const Node& i = g.node(n.inputs[1]);
@@ -96,6 +125,21 @@ const OpRule scatter_add_rule = {
     },
     [](GradArgs& a) {
       if (a.needs[0]) a.gin[0] = op::gather(a.g, a.gout, a.in(1), a.n().attrs.axis);
-    }};
+    },
+    nullptr,  // constant along nothing (conservative)
+    [](const F64Args& a) {
+      const f64::Split3 so = f64::split_at(a.out.shape, a.n.attrs.axis);  // out: (outer, size, inner)
+      const std::vector<double>& idx = a.in(1).v;
+      const std::int64_t count = std::int64_t(idx.size());
+      check_index_f64(a, idx, so.n);
+      for (std::int64_t i = 0; i < so.outer; ++i)
+        for (std::int64_t c = 0; c < count; ++c)
+          for (std::int64_t k = 0; k < so.inner; ++k)
+            a.out.v[std::size_t((i * so.n + std::int64_t(idx[std::size_t(c)])) * so.inner + k)] +=
+                a.in(0).v[std::size_t((i * count + c) * so.inner + k)];
+    },
+    nullptr,
+    nullptr,
+    [](const Node& n) { return fmt::format("axis={}, size={}", n.attrs.axis, n.attrs.end); }};
 
 }  // namespace gg

@@ -8,8 +8,10 @@
 #include <cstdint>
 
 #include "build.h"
+#include "eval_f64.h"
 #include "op_rule.h"
 #include "parallel.h"
+#include "tangent.h"
 
 namespace gg::detail {
 

@@ -42,11 +42,62 @@ std::vector<std::int64_t> batch_offsets(const Shape& batch, const Shape& own, st
   return offs;
 }
 
+// Tangent: out (batch..., M, N) = op(A) op(B). With only B varying, d out = op(A) d op(B)
+// is constant along N when d op(B) is; along a batch axis when it is and A is broadcast
+// there. Symmetrically for A. Both varying: constant along nothing (conservative).
+void tangent_matmul(const Graph& g, const Node& n, std::span<const TangentShape* const> in, TangentShape& out) {
+  if (tangent_varies(in[0]) && tangent_varies(in[1])) return;
+  std::vector<char>& c = out.constant;
+  const std::size_t r = n.shape.size();
+  const std::size_t v = tangent_varies(in[0]) ? 0 : 1, o = 1 - v;
+  const Shape& sv = g.node(n.inputs[v]).shape;
+  const Shape& so = g.node(n.inputs[o]).shape;
+  const std::vector<char>& cv = in[v]->constant;
+  const bool tv = v == 0 ? n.attrs.trans_a : n.attrs.trans_b;
+  // The varying operand's axis that becomes out's M (for A) or N (for B).
+  const std::size_t kept = v == 0 ? (tv ? sv.size() - 1 : sv.size() - 2) : (tv ? sv.size() - 2 : sv.size() - 1);
+  c[v == 0 ? r - 2 : r - 1] = cv[kept];
+  const std::size_t bv = sv.size() - 2, bo = so.size() - 2;  // batch ranks
+  for (std::size_t d = 0; d + 2 < r; ++d) {
+    const std::size_t back = r - 2 - d;  // batch axes counted from the right
+    const bool v_const = back > bv || sv[bv - back] == 1 || cv[bv - back];
+    const bool o_bcast = back > bo || so[bo - back] == 1;
+    c[d] = v_const && o_bcast;
+  }
+}
+
+// In double: each batch's product by the textbook triple loop.
+void matmul_f64(const F64Args& a) {
+  const Node& n = a.n;
+  const Shape& sa = a.in(0).shape;
+  const Shape& sb = a.in(1).shape;
+  const bool ta = n.attrs.trans_a, tb = n.attrs.trans_b;
+  const std::int64_t M = n.shape[n.shape.size() - 2], Nn = n.shape.back();
+  const std::int64_t K = ta ? sa[sa.size() - 2] : sa.back();
+  const Shape batch(n.shape.begin(), n.shape.end() - 2);
+  auto stA = f64::aligned_strides(batch, Shape(sa.begin(), sa.end() - 2));
+  auto stB = f64::aligned_strides(batch, Shape(sb.begin(), sb.end() - 2));
+  const std::int64_t matA = sa.back() * sa[sa.size() - 2], matB = sb.back() * sb[sb.size() - 2];
+  const std::int64_t lda = sa.back(), ldb = sb.back();
+  for (std::int64_t b = 0; b < numel(batch); ++b) {
+    const double* A = a.in(0).v.data() + f64::source_index(batch, stA, b) * matA;
+    const double* B = a.in(1).v.data() + f64::source_index(batch, stB, b) * matB;
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < Nn; ++j) {
+        double acc = 0;
+        for (std::int64_t k = 0; k < K; ++k)
+          acc += (ta ? A[k * lda + i] : A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+        a.out.v[std::size_t((b * M + i) * Nn + j)] = acc;
+      }
+  }
+}
+
 }  // namespace
 
 // ---- matmul ------------------------------------------------------------------------
 // C = op(A) op(B):  d op(A) = G op(B)^T,  d op(B) = op(A)^T G
 const OpRule matmul_rule = {
+    OpClass::product,
     [](const Graph& g, Node& n) {
       detail::require_dtype(g, n, 0, DType::f32, "left operand");
       detail::require_dtype(g, n, 1, DType::f32, "right operand");
@@ -116,6 +167,14 @@ const OpRule matmul_rule = {
           a.gin[1] = tb ? op::matmul(g, G, A, true, ta) : op::matmul(g, A, G, !ta, false);
         }
       }
+    },
+    tangent_matmul,
+    matmul_f64,
+    nullptr,
+    nullptr,
+    [](const Node& n) -> std::string {
+      const bool ta = n.attrs.trans_a, tb = n.attrs.trans_b;
+      return ta && tb ? "trans_a, trans_b" : ta ? "trans_a" : tb ? "trans_b" : "";
     }};
 
 }  // namespace gg

@@ -9,9 +9,63 @@ namespace gg {
 
 using detail::describe;
 
+namespace {
+
+// In-axis of each out-axis for a reshape that keeps it intact (same size, same count of
+// elements before it), or -1.
+std::vector<int> reshape_axis_map(const Shape& in, const Shape& out) {
+  std::vector<int> m(out.size(), -1);
+  std::int64_t pin = 1;
+  std::vector<std::int64_t> before_in(in.size());
+  for (std::size_t d = 0; d < in.size(); ++d) {
+    before_in[d] = pin;
+    pin *= in[d];
+  }
+  std::int64_t pout = 1;
+  for (std::size_t d = 0; d < out.size(); ++d) {
+    for (std::size_t e = 0; e < in.size(); ++e)
+      if (before_in[e] == pout && in[e] == out[d]) m[d] = int(e);
+    pout *= out[d];
+  }
+  return m;
+}
+
+// Tangent of expand and slice: the input's constant axes, aligned.
+void tangent_aligned(const Graph& g, const Node& n, std::span<const TangentShape* const> in, TangentShape& out) {
+  out.constant = aligned_tangent(g, n, 0, in[0]);
+}
+
+// In double: out[i] = x[source of i] through aligned strides (expand).
+void expand_f64(const F64Args& a) {
+  auto st = f64::aligned_strides(a.out.shape, a.in(0).shape);
+  for (std::int64_t i = 0; i < std::int64_t(a.out.v.size()); ++i)
+    a.out.v[std::size_t(i)] = a.in(0).v[std::size_t(f64::source_index(a.out.shape, st, i))];
+}
+
+// reshape(reshape(x)) = reshape(x), expand(expand(x)) = expand(x); either to x's own shape is x.
+NodeId identity_collapse(const Graph& t, const Node& n, std::vector<NodeId>& ins, Attrs& attrs) {
+  while (t.node(ins[0]).op == n.op && !t.node(ins[0]).attrs.no_grad) ins[0] = t.node(ins[0]).inputs[0];
+  attrs.dims = n.shape;  // the resolved target (no -1)
+  return same_value_as(t, n, ins[0]);
+}
+
+// An op that is x itself when its output has x's shape (a slice of the whole axis).
+NodeId identity_same_shape(const Graph& t, const Node& n, std::vector<NodeId>& ins, Attrs&) {
+  return same_value_as(t, n, ins[0]);
+}
+
+bool is_identity_perm(const Shape& p) {
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (p[i] != std::int64_t(i)) return false;
+  return true;
+}
+
+}  // namespace
+
 // ---- reshape -----------------------------------------------------------------------
 // d/dx reshape(x) = reshape(g, shape(x))
 const OpRule reshape_rule = {
+    OpClass::movement,
     [](const Graph& g, Node& n) {
       const Node& x = g.node(n.inputs[0]);
       Shape s = n.attrs.dims;
@@ -38,11 +92,20 @@ const OpRule reshape_rule = {
     [](const KernelArgs& a) {
       if (a.out.data != a.in[0].data) std::memcpy(a.out.data, a.in[0].data, std::size_t(a.out.numel()) * 4);
     },
-    [](GradArgs& a) { a.gin[0] = op::reshape(a.g, a.gout, a.g.node(a.in(0)).shape); }};
+    [](GradArgs& a) { a.gin[0] = op::reshape(a.g, a.gout, a.g.node(a.in(0)).shape); },
+    // An axis kept intact keeps its constancy; the others are constant along nothing.
+    [](const Graph& g, const Node& n, std::span<const TangentShape* const> in, TangentShape& out) {
+      std::vector<int> m = reshape_axis_map(g.node(n.inputs[0]).shape, n.shape);
+      for (std::size_t d = 0; d < n.shape.size(); ++d) out.constant[d] = m[d] >= 0 && in[0]->constant[std::size_t(m[d])];
+    },
+    [](const F64Args& a) { a.out.v = a.in(0).v; },
+    nullptr,
+    identity_collapse};
 
 // ---- permute -----------------------------------------------------------------------
 // d/dx permute(x, p) = permute(g, inverse(p))
 const OpRule permute_rule = {
+    OpClass::movement,
     [](const Graph& g, Node& n) {
       const Node& x = g.node(n.inputs[0]);
       const Shape& p = n.attrs.dims;
@@ -126,11 +189,36 @@ const OpRule permute_rule = {
       Shape inv(p.size());
       for (std::size_t i = 0; i < p.size(); ++i) inv[std::size_t(p[i])] = std::int64_t(i);
       a.gin[0] = op::permute(a.g, a.gout, inv);
-    }};
+    },
+    [](const Graph&, const Node& n, std::span<const TangentShape* const> in, TangentShape& out) {
+      for (std::size_t d = 0; d < n.shape.size(); ++d) out.constant[d] = in[0]->constant[std::size_t(n.attrs.dims[d])];
+    },
+    [](const F64Args& a) {
+      const Shape& p = a.n.attrs.dims;
+      const Shape xs = strides_of(a.in(0).shape);
+      std::vector<std::int64_t> st(p.size());
+      for (std::size_t d = 0; d < p.size(); ++d) st[d] = xs[std::size_t(p[d])];
+      for (std::int64_t i = 0; i < std::int64_t(a.out.v.size()); ++i)
+        a.out.v[std::size_t(i)] = a.in(0).v[std::size_t(f64::source_index(a.out.shape, st, i))];
+    },
+    nullptr,
+    // permute(permute(x, p), q) = permute(x, p[q[i]]); the identity permutation is x
+    [](const Graph& t, const Node&, std::vector<NodeId>& ins, Attrs& attrs) -> NodeId {
+      while (t.node(ins[0]).op == OpKind::permute && !t.node(ins[0]).attrs.no_grad) {
+        const Shape& p = t.node(ins[0]).attrs.dims;
+        Shape r(attrs.dims.size());
+        for (std::size_t i = 0; i < r.size(); ++i) r[i] = p[std::size_t(attrs.dims[i])];
+        attrs.dims = r;
+        ins[0] = t.node(ins[0]).inputs[0];
+      }
+      return is_identity_perm(attrs.dims) ? ins[0] : -1;
+    },
+    [](const Node& n) { return fmt::format("perm={}", to_string(n.attrs.dims)); }};
 
 // ---- expand ------------------------------------------------------------------------
 // d/dx expand(x) = g summed over the broadcast axes (done by the reverse pass)
 const OpRule expand_rule = {
+    OpClass::movement,
     [](const Graph& g, Node& n) {
       const Node& x = g.node(n.inputs[0]);
       const Shape& t = n.attrs.dims;
@@ -159,11 +247,16 @@ const OpRule expand_rule = {
         else std::fill(o + oo, o + oo + n, x[off[0]]);
       });
     },
-    [](GradArgs& a) { a.gin[0] = a.gout; }};
+    [](GradArgs& a) { a.gin[0] = a.gout; },
+    tangent_aligned,
+    expand_f64,
+    nullptr,
+    identity_collapse};
 
 // ---- slice -------------------------------------------------------------------------
 // d/dx x[begin:end] = g placed between zeros along the axis
 const OpRule slice_rule = {
+    OpClass::movement,
     [](const Graph& g, Node& n) {
       const Node& x = g.node(n.inputs[0]);
       auto& at = n.attrs;
@@ -200,11 +293,24 @@ const OpRule slice_rule = {
       parts.push_back(a.gout);
       if (n.attrs.end < xs[std::size_t(n.attrs.axis)]) parts.push_back(zeros(xs[std::size_t(n.attrs.axis)] - n.attrs.end));
       a.gin[0] = parts.size() == 1 ? a.gout : op::concat(a.g, parts, n.attrs.axis);
-    }};
+    },
+    tangent_aligned,
+    [](const F64Args& a) {
+      const f64::Split3 s = f64::split_at(a.in(0).shape, a.n.attrs.axis);
+      const std::int64_t b = a.n.attrs.begin, len = a.n.attrs.end - b;
+      for (std::int64_t i = 0; i < s.outer; ++i)
+        for (std::int64_t j = 0; j < len; ++j)
+          for (std::int64_t c = 0; c < s.inner; ++c)
+            a.out.v[std::size_t((i * len + j) * s.inner + c)] = a.in(0).v[std::size_t((i * s.n + b + j) * s.inner + c)];
+    },
+    nullptr,
+    identity_same_shape,  // the whole axis
+    [](const Node& n) { return fmt::format("axis={}, {}:{}", n.attrs.axis, n.attrs.begin, n.attrs.end); }};
 
 // ---- concat ------------------------------------------------------------------------
 // d/dx_i concat(x_0, x_1, ...) = the slice of g that x_i occupies
 const OpRule concat_rule = {
+    OpClass::movement,
     [](const Graph& g, Node& n) {
       if (n.inputs.empty()) g.fail(n, "needs at least one input");
       const Node& x0 = g.node(n.inputs[0]);
@@ -252,6 +358,28 @@ const OpRule concat_rule = {
         if (a.needs[i]) a.gin[i] = op::slice(a.g, a.gout, n.attrs.axis, at, at + len);
         at += len;
       }
-    }};
+    },
+    // Constant along the axes every input is, never along the joined one.
+    [](const Graph& g, const Node& n, std::span<const TangentShape* const> in, TangentShape& out) {
+      tangent_additive(g, n, in, out);
+      out.constant[std::size_t(n.attrs.axis)] = 0;
+    },
+    [](const F64Args& a) {
+      const f64::Split3 so = f64::split_at(a.out.shape, a.n.attrs.axis);
+      std::int64_t at = 0;
+      for (std::size_t k = 0; k < a.inputs.size(); ++k) {
+        const std::int64_t len = a.in(k).shape[std::size_t(a.n.attrs.axis)];
+        for (std::int64_t i = 0; i < so.outer; ++i)
+          for (std::int64_t j = 0; j < len; ++j)
+            for (std::int64_t c = 0; c < so.inner; ++c)
+              a.out.v[std::size_t((i * so.n + at + j) * so.inner + c)] = a.in(k).v[std::size_t((i * len + j) * so.inner + c)];
+        at += len;
+      }
+    },
+    nullptr,
+    [](const Graph& t, const Node& n, std::vector<NodeId>& ins, Attrs&) {
+      return ins.size() == 1 ? same_value_as(t, n, ins[0]) : NodeId(-1);
+    },
+    [](const Node& n) { return fmt::format("axis={}", n.attrs.axis); }};
 
 }  // namespace gg

@@ -1,12 +1,16 @@
-// What each primitive provides, side by side in one place: its shape rule, its kernel
-// and its gradient rule. The rules live in the op family files (elementwise.cpp,
-// reduce.cpp, ...) and are found through the op table generated from op_list.def.
+// A primitive's record: everything the engine knows about it, registered together next to
+// its kernel: its class for the planner, shape rule, kernel, gradient rule, tangent rule
+// and f64 reference evaluation, and for element-wise ones the element function that fused
+// groups run. The records live in the op family files (elementwise_fn.h, reduce.cpp, ...)
+// and are found through the op table generated from op_list.def; passes ask the record
+// (op_rule(k)) instead of switching on the op kind.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "graph.h"
@@ -47,15 +51,63 @@ struct GradArgs {
   NodeId in(int i) const { return g.node(node).inputs[std::size_t(i)]; }
 };
 
+struct TangentShape;  // ops/tangent.h
+struct F64Args;       // ops/eval_f64.h
+
+// How the planner treats a primitive.
+enum class OpClass : std::uint8_t {
+  bound_leaf,   // input, param, constant: its value exists before any step runs
+  noise,        // random: a leaf drawn by a step of its own
+  elementwise,  // arithmetic on values at the same (broadcast) position: fusable anywhere
+  selection,    // element-wise by an attribute or a condition (compare, where)
+  reduction,    // over one axis (sum, max, argmax)
+  product,      // matmul
+  movement,     // reshape, permute, expand, slice, concat: values moved, none computed
+  indexing,     // gather, scatter_add
+};
+
+// The element function of an element-wise primitive over runs of f32 values, as the
+// fused groups' interpreter runs it (the op's own kernel runs the same function).
+struct ElementFns {
+  void (*map)(std::size_t n, float* dst, const float* x);                   // unary: dst = f(x)
+  void (*zip)(std::size_t n, float* dst, const float* x, const float* y);    // binary: dst = f(x, y)
+  void (*zip_left)(std::size_t n, float* dst, float x, const float* y);      // f(x broadcast, y)
+  void (*zip_right)(std::size_t n, float* dst, const float* x, float y);     // f(x, y broadcast)
+  float (*scalar)(float x, float y);                                         // f on one value (unary: y unused)
+  bool transcendental;  // its SIMD body and scalar tail may round apart (libm vs xsimd)
+};
+
+// out.constant (sized to the node's rank, all 0) gets the axes along which the node's
+// tangent is the same at every index, from its inputs' (ops/tangent.h); or out.cancelled.
+using TangentRule = void (*)(const Graph& g, const Node& n, std::span<const TangentShape* const> in,
+                             TangentShape& out);
+
+// An identity rule (the simplification pass's): the id of an existing node of `t`, the
+// graph being rebuilt, that node n on inputs `ins` of t equals (x + 0, reshape of a
+// reshape, ...), or -1. It may rewrite ins and attrs (a permute of a permute becomes one
+// permute of the inner input).
+using IdentityRule = NodeId (*)(const Graph& t, const Node& n, std::vector<NodeId>& ins, Attrs& attrs);
+// For identity rules: whether n is an f32 constant all of whose values are v; and x when
+// it has n's shape and dtype (so n may be replaced by it), else -1.
+bool constant_all(const Node& n, float v);
+NodeId same_value_as(const Graph& t, const Node& n, NodeId x);
+
 struct OpRule {
+  OpClass cls;
   void (*infer)(const Graph& g, Node& n);      // sets n.shape, n.dtype; may normalize attrs; g.fail() on error
   void (*kernel)(const KernelArgs& a);         // computes out from in
   void (*grad)(GradArgs& a);                   // nullptr: no gradient flows through
+  TangentRule tangent = nullptr;               // nullptr: constant along no axis (always safe)
+  void (*f64)(const F64Args& a) = nullptr;     // the value in double, a plain scalar loop
+  const ElementFns* elem = nullptr;            // element-wise primitives
+  IdentityRule identity = nullptr;             // nullptr: no identity
+  std::string (*attr_text)(const Node& n) = nullptr;  // its attributes as listings show them, e.g. "axis=1"
 };
 
 const OpRule& op_rule(OpKind k);
+inline OpClass op_class(OpKind k) { return op_rule(k).cls; }
 
-#define OP(name, arity) extern const OpRule name##_rule;
+#define OP(name, arity, family) extern const OpRule name##_rule;
 #include "op_list.def"
 #undef OP
 

@@ -121,11 +121,52 @@ void reduce_kernel(const KernelArgs& a, Row row, Comb comb) {
   });
 }
 
+// Tangent: the input's constant axes, less the reduced one (kept as size 1 with keepdim).
+void tangent_reduce(const Graph&, const Node& n, std::span<const TangentShape* const> in, TangentShape& out) {
+  const std::vector<char>& x = in[0]->constant;
+  const std::size_t k = std::size_t(n.attrs.axis);
+  for (std::size_t d = 0, e = 0; d < n.shape.size(); ++d, ++e) {
+    if (e == k && !n.attrs.keepdim) ++e;
+    out.constant[d] = x[e];
+  }
+}
+
+// In double: x: (outer, n, inner) -> out: (outer, inner), folding each column in order.
+void reduce_f64(const F64Args& a) {
+  const f64::Split3 s = f64::split_at(a.in(0).shape, a.n.attrs.axis);
+  const std::vector<double>& x = a.in(0).v;
+  const OpKind op = a.n.op;
+  for (std::int64_t i = 0; i < s.outer; ++i)
+    for (std::int64_t c = 0; c < s.inner; ++c) {
+      auto at = [&](std::int64_t j) { return x[std::size_t((i * s.n + j) * s.inner + c)]; };
+      double r = at(0);
+      std::int64_t best = 0;
+      for (std::int64_t j = 1; j < s.n; ++j) {
+        const double v = at(j);
+        if (op == OpKind::sum) r += v;
+        else if (op == OpKind::max) r = std::isnan(r) || std::isnan(v) ? NAN : std::max(r, v);
+        else if (!std::isnan(r) && (v > r || std::isnan(v))) {  // argmax: first on ties, NaN is largest
+          r = v;
+          best = j;
+        }
+      }
+      a.out.v[std::size_t(i * s.inner + c)] = op == OpKind::argmax ? double(best) : r;
+    }
+}
+
+// Over an axis of size 1 with keepdim: x itself.
+NodeId identity_reduce(const Graph& t, const Node& n, std::vector<NodeId>& ins, Attrs&) {
+  return same_value_as(t, n, ins[0]);
+}
+
+std::string reduce_attrs(const Node& n) { return fmt::format("axis={}{}", n.attrs.axis, n.attrs.keepdim ? ", keepdim" : ""); }
+
 }  // namespace
 
 // ---- sum ---------------------------------------------------------------------------
 // d/dx_j sum_j x_j = 1: the gradient is broadcast back along the axis
 const OpRule sum_rule = {
+    OpClass::reduction,
     infer_reduce,
     [](const KernelArgs& a) {
       reduce_kernel(a, [](std::size_t n, const float* r) { return simd::sum(n, r); },
@@ -133,11 +174,17 @@ const OpRule sum_rule = {
     },
     [](GradArgs& a) {
       a.gin[0] = op::expand(a.g, keepdim_view(a, a.gout), a.g.node(a.in(0)).shape);
-    }};
+    },
+    tangent_reduce,
+    reduce_f64,
+    nullptr,
+    identity_reduce,
+    reduce_attrs};
 
 // ---- max ---------------------------------------------------------------------------
 // d/dx_j max_j x_j = [x_j == max] (every tied maximum receives the gradient)
 const OpRule max_rule = {
+    OpClass::reduction,
     infer_reduce,
     [](const KernelArgs& a) {
       reduce_kernel(a, [](std::size_t n, const float* r) { return simd::max_of(n, r); },
@@ -146,12 +193,18 @@ const OpRule max_rule = {
     [](GradArgs& a) {
       NodeId hit = op::compare(a.g, a.in(0), keepdim_view(a, a.node), Cmp::eq);
       a.gin[0] = op::mul(a.g, hit, keepdim_view(a, a.gout));
-    }};
+    },
+    tangent_reduce,
+    reduce_f64,
+    nullptr,
+    identity_reduce,
+    reduce_attrs};
 
 // ---- argmax ------------------------------------------------------------------------
 // A step function of x with i32 output: no gradient flows through it. Like torch.argmax
 // on CPU, the first index wins on ties and the first NaN counts as the largest entry.
 const OpRule argmax_rule = {
+    OpClass::reduction,
     [](const Graph& g, Node& n) {
       infer_reduce(g, n);
       n.dtype = DType::i32;
@@ -177,6 +230,11 @@ const OpRule argmax_rule = {
           }
       });
     },
-    nullptr};
+    nullptr,
+    nullptr,
+    reduce_f64,
+    nullptr,
+    nullptr,
+    reduce_attrs};
 
 }  // namespace gg

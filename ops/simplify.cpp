@@ -23,19 +23,6 @@ namespace {
 // Output elements up to which a node of constant inputs is folded into a constant.
 constexpr std::int64_t max_folded_elements = 4096;
 
-bool all_equal(const Node& n, float v) {
-  if (n.op != OpKind::constant || n.dtype != DType::f32) return false;
-  for (float x : *n.attrs.data)
-    if (x != v) return false;
-  return true;
-}
-
-bool is_identity_perm(const Shape& p) {
-  for (std::size_t i = 0; i < p.size(); ++i)
-    if (p[i] != std::int64_t(i)) return false;
-  return true;
-}
-
 // Everything that makes two nodes compute the same value, as a string. `random` nodes and
 // nodes with no kernel that are not leaves never compare equal (the caller skips them).
 std::string cse_key(const Node& n) {
@@ -88,55 +75,26 @@ bool foldable(const Graph& g, const Node& n) {
 }
 
 // The node `n` (of the input graph) rewritten on inputs `ins` of the scratch graph `t`: the
-// id of an existing node of `t` it equals by an identity, or -1. May rewrite `ins` and
-// `attrs` (a permute of a permute becomes one permute of the inner input). A no_grad node
-// is kept, and never looked through: dropping it would let gradients pass.
+// id of an existing node of `t` it equals by its record's identity rule, or -1. A no_grad
+// node is kept, and never looked through: dropping it would let gradients pass.
 NodeId identity_of(const Graph& t, const Node& n, std::vector<NodeId>& ins, Attrs& attrs) {
   if (n.attrs.no_grad) return -1;
-  auto same_as = [&](NodeId x) { return t.node(x).shape == n.shape && t.node(x).dtype == n.dtype ? x : NodeId(-1); };
-  switch (n.op) {
-    case OpKind::add:
-      if (all_equal(t.node(ins[1]), 0.f) && same_as(ins[0]) >= 0) return ins[0];
-      if (all_equal(t.node(ins[0]), 0.f) && same_as(ins[1]) >= 0) return ins[1];
-      return -1;
-    case OpKind::sub:
-      return all_equal(t.node(ins[1]), 0.f) ? same_as(ins[0]) : -1;
-    case OpKind::mul:
-      if (all_equal(t.node(ins[1]), 1.f) && same_as(ins[0]) >= 0) return ins[0];
-      if (all_equal(t.node(ins[0]), 1.f) && same_as(ins[1]) >= 0) return ins[1];
-      return -1;
-    case OpKind::div:
-      return all_equal(t.node(ins[1]), 1.f) ? same_as(ins[0]) : -1;
-    case OpKind::neg:
-      return t.node(ins[0]).op == OpKind::neg && !t.node(ins[0]).attrs.no_grad ? t.node(ins[0]).inputs[0] : -1;
-    case OpKind::reshape:
-    case OpKind::expand:
-      // reshape(reshape(x)) = reshape(x); expand(expand(x)) = expand(x)
-      while (t.node(ins[0]).op == n.op && !t.node(ins[0]).attrs.no_grad) ins[0] = t.node(ins[0]).inputs[0];
-      attrs.dims = n.shape;  // the resolved target (no -1)
-      return same_as(ins[0]);
-    case OpKind::permute:
-      // permute(permute(x, p), q) = permute(x, p[q[i]])
-      while (t.node(ins[0]).op == OpKind::permute && !t.node(ins[0]).attrs.no_grad) {
-        const Shape& p = t.node(ins[0]).attrs.dims;
-        Shape r(attrs.dims.size());
-        for (std::size_t i = 0; i < r.size(); ++i) r[i] = p[std::size_t(attrs.dims[i])];
-        attrs.dims = r;
-        ins[0] = t.node(ins[0]).inputs[0];
-      }
-      return is_identity_perm(attrs.dims) ? ins[0] : -1;
-    case OpKind::slice:  // the whole axis
-    case OpKind::sum:    // over an axis of size 1, keepdim
-    case OpKind::max:
-      return same_as(ins[0]);
-    case OpKind::concat:
-      return ins.size() == 1 ? same_as(ins[0]) : -1;
-    default:
-      return -1;
-  }
+  const IdentityRule rule = op_rule(n.op).identity;
+  return rule ? rule(t, n, ins, attrs) : -1;
 }
 
 }  // namespace
+
+bool constant_all(const Node& n, float v) {
+  if (n.op != OpKind::constant || n.dtype != DType::f32) return false;
+  for (float x : *n.attrs.data)
+    if (x != v) return false;
+  return true;
+}
+
+NodeId same_value_as(const Graph& t, const Node& n, NodeId x) {
+  return t.node(x).shape == n.shape && t.node(x).dtype == n.dtype ? x : NodeId(-1);
+}
 
 bool simplify_by_default() { return env_switch_on("GG_SIMPLIFY"); }
 

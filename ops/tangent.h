@@ -1,15 +1,17 @@
 // The structure of a node's tangent -- its derivative along one parameter direction --
 // without computing it: whether it is zero, and along which axes it is the same at every
-// index. Each primitive's rule maps its inputs' tangent structures to its output's; this
-// is what lets autodiff/structural.h tell a gradient that is zero by construction (no
-// path, a path only through step functions, or a shift that a softmax removes) from one
-// that happens to be small. Conservative: "not constant" is always a safe answer.
+// index. Each primitive's tangent rule (its record's, ops/op_rule.h) maps its inputs'
+// tangent structures to its output's; this is what lets the gradient statistics
+// (autodiff/grad_stats.h) tell a gradient that is zero by construction (no path, a path
+// only through step functions, or a shift that a softmax removes) from one that happens
+// to be small. Conservative: "not constant" is always a safe answer.
 #pragma once
 
 #include <span>
 #include <vector>
 
 #include "graph.h"
+#include "op_rule.h"
 
 namespace gg {
 
@@ -39,5 +41,31 @@ TangentShape propagate_tangent(const Graph& g, NodeId id, std::span<const Tangen
 // The tangent structure of a parameter along itself: non-zero, constant along no axis
 // (except axes of size 1).
 TangentShape seed_tangent(const Graph& g, NodeId param);
+
+// ---- helpers for the primitives' tangent rules --------------------------------------
+
+// Whether t is a tangent that varies (not null, not zero).
+bool tangent_varies(const TangentShape* t);
+// Per output axis of n: whether input i holds the same value at every index of it
+// (missing or size 1 there: broadcast).
+std::vector<char> broadcast_axes(const Graph& g, const Node& n, std::size_t i);
+// Input i's tangent constancy aligned to n's axes by broadcasting (all 1 if it does not vary).
+std::vector<char> aligned_tangent(const Graph& g, const Node& n, std::size_t i, const TangentShape* t);
+// a[d] = a[d] && b[d]
+void and_into(std::vector<char>& a, const std::vector<char>& b);
+
+// d out = sum_i d in_i (add, neg): constant along an axis when every input's tangent is.
+void tangent_additive(const Graph& g, const Node& n, std::span<const TangentShape* const> in, TangentShape& out);
+// sub: additive, with the cancellation rule above.
+void tangent_sub(const Graph& g, const Node& n, std::span<const TangentShape* const> in, TangentShape& out);
+// d out = sum_i f_i(inputs) d in_i: constant along an axis when every varying input's
+// tangent is and the factors (which read every input, conservatively; bit i of `linear`:
+// the factor of input i does not read input i, as mul's and div's numerator's) are.
+void tangent_pointwise(const Graph& g, const Node& n, std::span<const TangentShape* const> in, TangentShape& out,
+                       unsigned linear);
+template <unsigned Linear>
+void tangent_pointwise(const Graph& g, const Node& n, std::span<const TangentShape* const> in, TangentShape& out) {
+  tangent_pointwise(g, n, in, out, Linear);
+}
 
 }  // namespace gg

@@ -1,5 +1,5 @@
-// The sample graphs of every primitive, one small graph per op kind (design habit 8),
-// shared by the gradient checker's test (tests/autodiff/test_gradcheck.cpp) and the f64
+// The sample graphs of every primitive, one small graph per op kind (the one gradient
+// checker applied to everything), shared by the gradient checker's test (tests/autodiff/test_gradcheck.cpp) and the f64
 // reference interpreter's test (tests/ops/test_eval_f64.cpp). A primitive of
 // ops/op_list.def without an entry fails the coverage test by name.
 // Losses are sum(out * fixed random weights), so no gradient is trivially uniform.
@@ -47,6 +47,16 @@ inline NodeId param_with(Graph& g, Case& c, const std::string& name, Shape s, st
 inline NodeId param_rand(Graph& g, Case& c, const std::string& name, Shape s, float lo = -1.f, float hi = 1.f,
                   unsigned seed = 7) {
   return param_with(g, c, name, s, vals(numel(s), lo, hi, seed + unsigned(name.size()) * 31u + unsigned(name[0])));
+}
+
+// The sample domain of each unary element-wise primitive: its gradient-check entry and the
+// generic record tests (tests/ops/test_records.cpp) draw values from it.
+inline const std::map<OpKind, std::pair<float, float>>& unary_ranges() {
+  static const std::map<OpKind, std::pair<float, float>> r = {
+      {OpKind::neg, {-2.f, 2.f}},    {OpKind::exp, {-1.5f, 1.5f}}, {OpKind::log, {0.5f, 3.f}},
+      {OpKind::sqrt, {0.5f, 3.f}},   {OpKind::tanh, {-2.f, 2.f}},  {OpKind::erf, {-1.5f, 1.5f}},
+  };
+  return r;
 }
 
 // sum(out * w) over all elements, w fixed random in [0.5, 1.5) with alternating sign.
@@ -137,20 +147,15 @@ inline std::map<OpKind, Builder> gradcheck_table() {
     c.loss = weighted_sum(g, op::maximum(g, a, b));
     c.wrt = {a, b};
   };
-  auto unary = [](OpKind k, NodeId (*f)(Graph&, NodeId, op::Loc), float lo, float hi) {
+  auto unary = [](OpKind k, float lo, float hi) {
     return [=](Graph& g, Case& c) {
       c.note = std::string(op_name(k)) + " on [" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
       NodeId x = param_rand(g, c, "x", {3, 5}, lo, hi);
-      c.loss = weighted_sum(g, f(g, x, op::Loc::current()));
+      c.loss = weighted_sum(g, g.add(k, {x}));
       c.wrt = {x};
     };
   };
-  t[OpKind::neg] = unary(OpKind::neg, &op::neg, -2, 2);
-  t[OpKind::exp] = unary(OpKind::exp, &op::exp, -1.5f, 1.5f);
-  t[OpKind::log] = unary(OpKind::log, &op::log, 0.5f, 3.f);
-  t[OpKind::sqrt] = unary(OpKind::sqrt, &op::sqrt, 0.5f, 3.f);
-  t[OpKind::tanh] = unary(OpKind::tanh, &op::tanh, -2, 2);
-  t[OpKind::erf] = unary(OpKind::erf, &op::erf, -1.5f, 1.5f);
+  for (const auto& [k, range] : unary_ranges()) t[k] = unary(k, range.first, range.second);
   t[OpKind::compare] = [](Graph& g, Case& c) {  // a step function: no gradient flows
     c.kind = Case::no_grad;
     std::vector<float> av = vals(6, -1, 1, 5);
