@@ -11,7 +11,8 @@
 //   all_six runs the six one slice after the other, as a chain does (the row "all six").
 //     bench_attention --benchmark_filter='^small/'
 //     bench_attention --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
-//         --benchmark_report_aggregates_only=true   medians of 5 runs, masked and full interleaved
+//         --benchmark_report_aggregates_only=true   mean, median, stddev and cv of 5 runs,
+//                                                   masked and full interleaved
 //     bench_attention --benchmark_format=json --benchmark_out=attention.json
 //   Counters: GFLOPS done (the masked blocks' share of the terms only), peak_fraction of
 //   the one-core peak (the console marks both "/s": rates of the measured time), and

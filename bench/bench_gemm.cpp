@@ -7,14 +7,16 @@
 //   threads: default gg::num_threads() (GG_NUM_THREADS).
 //   cold: every timed call comes after a 128 MB sweep, as a product in a training step
 //     comes after other work (what the sweep leaves cold is mostly the packing buffers, the
-//     code and the worker's hand-off, not the operands); a run is then kColdCalls calls,
-//     each timed alone (the sweep is left out), whatever --benchmark_min_time says.
-//   Benchmarks are named <op(A)op(B)>/<M>x<N>x<K>/<gg|openblas>, e.g. NT/768x512x128/gg; the
-//   label is the shape as the model has it. The library's flags do the rest, e.g.
+//     code and the worker's hand-off, not the operands); a run is then 25 calls
+//     (kColdCalls), each timed alone without its sweep, whatever --benchmark_min_time says.
+//   Benchmarks are named <op(A)op(B)>/<M>x<N>x<K>/<gg|openblas>, e.g. NT/768x512x128/gg
+//   (the library appends /real_time, or /iterations:25/manual_time when cold); the label is
+//   the shape as the model has it. The library's flags do the rest, e.g.
 //     bench_gemm 2 --benchmark_filter=/gg/                  gg::gemm only
 //     bench_gemm 2 --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true
-//         --benchmark_report_aggregates_only=true            medians of 9 runs, gg and OpenBLAS
-//                                                            interleaved so background load hits both
+//         --benchmark_report_aggregates_only=true   mean, median, stddev and cv of 9 runs,
+//                                                   gg's and OpenBLAS's interleaved, so that
+//                                                   background load hits both alike
 //     bench_gemm 2 --benchmark_format=json --benchmark_out=gemm.json
 //   Counters: GFLOPS, and peak_fraction of the FMA peak on `threads` threads (the console
 //   marks both "/s": they are rates of the measured time). The peak is in the context.
