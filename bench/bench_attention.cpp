@@ -7,8 +7,9 @@
 //   Default: the small GPT's shapes (bench/gpt_small.json, batch 12: T 64 hd 32 H 4 B 12)
 //   and the medium's (bench/gpt_medium.json, batch 8: T 256 hd 64 H 6 B 8).
 //   Benchmarks are named <shapes>/<product>/<masked|full>, <shapes> small, medium or
-//   T<T>_hd<hd>_H<H>_B<B>; an iteration is the product over all B * H slices. The product
-//   all_six runs the six one slice after the other, as a chain does (the row "all six").
+//   T<T>_hd<hd>_H<H>_B<B> (the library appends /real_time); an iteration is the product over
+//   all B * H slices. all_six runs the six products slice by slice, as a chain does: their
+//   total. 28 benchmarks, each at least the library's --benchmark_min_time (0.5 s by default).
 //     bench_attention --benchmark_filter='^small/'
 //     bench_attention --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
 //         --benchmark_report_aggregates_only=true   mean, median, stddev and cv of 5 runs,
