@@ -1,28 +1,44 @@
 // bench_attention: causal attention's six matrix products on one (batch, head) slice at a
 // time, as the executor's batch-slice chains run them (ops/masked.h's slice_matmul): the
-// masked row blocks against the full products, on one thread, in GFLOPS done and as a
-// fraction of the one-core FMA peak (ops/peak.h).
+// masked row blocks against the full products, on one thread, on Google Benchmark, with
+// GFLOPS done and the fraction of the one-core FMA peak (ops/peak.h) as counters.
 //
-// Usage: bench_attention [cold] [T hd H B [sweeps]]   (default: the small and the medium GPT's shapes)
+// Usage: bench_attention [cold] [T hd H B] [--benchmark_...]
+//   Default: the small GPT's shapes (bench/gpt_small.json, batch 12: T 64 hd 32 H 4 B 12)
+//   and the medium's (bench/gpt_medium.json, batch 8: T 256 hd 64 H 6 B 8).
+//   Benchmarks are named <shapes>/<product>/<masked|full>, <shapes> small, medium or
+//   T<T>_hd<hd>_H<H>_B<B> (the library appends /real_time); an iteration is the product over
+//   all B * H slices. all_six runs the six products slice by slice, as a chain does: their
+//   total. 28 benchmarks, each at least the library's --benchmark_min_time (0.5 s by default).
+//     bench_attention --benchmark_filter='^small/'
+//     bench_attention --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
+//         --benchmark_report_aggregates_only=true   mean, median, stddev and cv of 5 runs,
+//                                                   masked and full interleaved
+//     bench_attention --benchmark_format=json --benchmark_out=attention.json
+//   Counters: GFLOPS done (the masked blocks' share of the terms only), peak_fraction of
+//   the one-core peak (the console marks both "/s": rates of the measured time), and
+//   terms, the share of the full product's multiply-adds done. full time / masked time is
+//   what the blocks buy.
 //
 // The operands are laid out as in a training step: q, k, v and dO as (B, T, H, hd), so a
 // head's rows are H * hd apart; the weights P and their gradient dS as (B, H, T, T), zero
-// above the diagonal. Each sweep runs the six products slice after slice (the data of one
-// slice stays in cache between them, as in a chain); a product's time is its best sweep's
-// sum over the slices. Before a slice's products its P and dS are rewritten, untimed, as
-// softmax and its gradient write them just before inside a chain, and the (T, T) results
-// (S and dP) go to one slice-sized buffer, as to a chain's per-thread scratch; `cold`
-// leaves P and dS as they are and gives each slice its own results, so that at the medium
-// shapes (24 MB of weights, 12 MB of each result) they come from and go to memory. One
-// thread, so the host's other work disturbs the figures less than a two-thread step's. No
-// timing assertion anywhere: a benchmark, not a test.
+// above the diagonal. In a chain, softmax (forward) and its gradient (backward) have just
+// written a slice's P and dS when its products read them, and the (T, T) results (S and dP)
+// go to a per-thread scratch block reused slice after slice: here every slice reads the
+// same slice-sized P and dS and writes its (T, T) results to one slice-sized buffer, all
+// of which stay in L2. `cold` gives each slice its own P, dS and (T, T) results, so that at
+// the medium shapes (24 MB of weights, 12 MB of each result) they come from and go to
+// memory. One thread, so the host's other work disturbs the figures less than a
+// two-thread step's. No timing assertion anywhere: a benchmark, not a test.
+#include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <random>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -34,12 +50,12 @@
 namespace {
 
 using i64 = std::int64_t;
-using Clock = std::chrono::steady_clock;
 
 enum Operand { Q, K, V, DO, P, DS };
 
 struct Product {
-  const char* name;
+  const char* slug;  // in the benchmark's name
+  const char* name;  // its label
   bool ta, tb;
   gg::MaskedProduct::Kind kind;
   Operand a, b;
@@ -48,118 +64,181 @@ struct Product {
 
 // forward: S = q k^T, O = P v; backward: dP = dO v^T, dV = P^T dO, dQ = dS k, dK = dS^T q.
 const Product kProducts[] = {
-    {"q k^T   (skip_out)", false, true, gg::MaskedProduct::skip_out, Q, K, true},
-    {"P v     (skip_k)", false, false, gg::MaskedProduct::skip_k, P, V, false},
-    {"dO v^T  (skip_out)", false, true, gg::MaskedProduct::skip_out, DO, V, true},
-    {"P^T dO  (skip_k, A^T)", true, false, gg::MaskedProduct::skip_k, P, DO, false},
-    {"dS k    (skip_k)", false, false, gg::MaskedProduct::skip_k, DS, K, false},
-    {"dS^T q  (skip_k, A^T)", true, false, gg::MaskedProduct::skip_k, DS, Q, false},
+    {"q_kT", "q k^T   (skip_out)", false, true, gg::MaskedProduct::skip_out, Q, K, true},
+    {"P_v", "P v     (skip_k)", false, false, gg::MaskedProduct::skip_k, P, V, false},
+    {"dO_vT", "dO v^T  (skip_out)", false, true, gg::MaskedProduct::skip_out, DO, V, true},
+    {"PT_dO", "P^T dO  (skip_k, A^T)", true, false, gg::MaskedProduct::skip_k, P, DO, false},
+    {"dS_k", "dS k    (skip_k)", false, false, gg::MaskedProduct::skip_k, DS, K, false},
+    {"dST_q", "dS^T q  (skip_k, A^T)", true, false, gg::MaskedProduct::skip_k, DS, Q, false},
 };
 constexpr int kCount = int(std::size(kProducts));
 
-void run(i64 T, i64 hd, i64 H, i64 B, int sweeps, double peak, bool as_in_chain) {
-  const i64 D = H * hd, S = B * H;
-  std::mt19937 rng(1);
-  std::normal_distribution<float> nd;
-  auto randn = [&](i64 n) {
-    std::vector<float> v(static_cast<std::size_t>(n));
-    for (float& x : v) x = nd(rng);
-    return v;
-  };
-  std::vector<float> heads[4] = {randn(B * T * D), randn(B * T * D), randn(B * T * D), randn(B * T * D)};
-  std::vector<float> weights[2] = {randn(S * T * T), randn(S * T * T)};
-  for (auto& w : weights)  // causal: 0 above the diagonal, as softmax leaves them
-    for (i64 s = 0; s < S; ++s)
-      for (i64 r = 0; r < T; ++r) std::fill_n(w.data() + (s * T + r) * T + r + 1, T - r - 1, 0.f);
-  // A (T, T) result (S = q k^T, dP = dO v^T) goes to one slice-sized buffer, as in a chain,
-  // where those values live in a per-thread scratch block reused slice after slice; `cold`
-  // keeps one per slice, as the full (B, H, T, T) tensor they would be without the chains.
-  std::vector<float> out_th(std::size_t(B * T * D)), out_tt(std::size_t((as_in_chain ? 1 : S) * T * T));
-  const std::vector<float> slice_weights[2] = {{weights[0].begin(), weights[0].begin() + T * T},
-                                               {weights[1].begin(), weights[1].begin() + T * T}};
+struct Dims {
+  std::string name;
+  i64 T, hd, H, B;
+};
 
-  // The row blocks the executor would use, from the real analysis of a causal mask.
-  gg::Graph g;
-  std::vector<float> mask(std::size_t(T * T));
-  for (i64 r = 0; r < T; ++r)
-    for (i64 c = 0; c <= r; ++c) mask[std::size_t(r * T + c)] = 1.f;
-  const gg::NodeId m = gg::op::constant(g, std::move(mask), {T, T});
-  std::vector<gg::Node> nodes;
-  std::vector<gg::MaskedBlocks> blocks;
-  for (const Product& p : kProducts) {
-    gg::Node n{gg::OpKind::matmul, {}, {}, {}, gg::DType::f32, "", {}, {}};
-    n.attrs.trans_a = p.ta, n.attrs.trans_b = p.tb;
-    blocks.push_back(gg::masked_blocks(g, n, {p.kind, m}));
-    nodes.push_back(std::move(n));
+// One set of shapes' operands and row blocks, made on its first benchmark (untimed) and
+// shared by all of them.
+class Slices {
+ public:
+  Slices(const Dims& d, bool cold) : d_(d), cold_(cold) {}
+
+  // Runs product i (masked or full) on slice (b, h).
+  void run(int i, bool masked, i64 b, i64 h) {
+    init();
+    const Product& p = kProducts[std::size_t(i)];
+    const bool a_tt = p.a == P || p.a == DS, b_tt = p.b == P || p.b == DS;
+    const gg::View in[2] = {{data(p.a, b, h), a_tt ? &s_tt_ : &s_th_}, {data(p.b, b, h), b_tt ? &s_tt_ : &s_th_}};
+    float* const result_tt = out_tt_.data() + (cold_ ? (b * d_.H + h) * d_.T * d_.T : 0);
+    const gg::View out{p.out_tt ? result_tt : out_th_.data() + b * d_.T * D_ + h * d_.hd, p.out_tt ? &s_tt_ : &s_th_};
+    const gg::SliceStrides ld{a_tt ? 0 : D_, b_tt ? 0 : D_, p.out_tt ? 0 : D_};
+    gg::slice_matmul(nodes_[std::size_t(i)], masked ? &blocks_[std::size_t(i)] : nullptr, in, out, ld);
+  }
+  // The multiply-adds x 2 of product i over all slices, and the share the masked blocks do.
+  double full_flops() const { return 2.0 * double(d_.B * d_.H) * double(d_.T) * double(d_.T) * double(d_.hd); }
+  double fraction(int i) {
+    init();
+    return blocks_[std::size_t(i)].fraction;
+  }
+  const Dims& dims() const { return d_; }
+
+ private:
+  void init() {
+    if (ready_) return;
+    ready_ = true;
+    const i64 T = d_.T, S = d_.B * d_.H, slices_tt = cold_ ? S : 1;
+    D_ = d_.H * d_.hd;
+    s_th_ = gg::Shape{T, d_.hd}, s_tt_ = gg::Shape{T, T};
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd;
+    auto randn = [&](i64 n) {
+      std::vector<float> v(static_cast<std::size_t>(n));
+      for (float& x : v) x = nd(rng);
+      return v;
+    };
+    for (auto& x : heads_) x = randn(d_.B * T * D_);
+    for (auto& w : weights_) {
+      w = randn(slices_tt * T * T);
+      for (i64 s = 0; s < slices_tt; ++s)  // causal: 0 above the diagonal, as softmax leaves them
+        for (i64 r = 0; r < T; ++r) std::fill_n(w.data() + (s * T + r) * T + r + 1, T - r - 1, 0.f);
+    }
+    out_th_.resize(std::size_t(d_.B * T * D_));
+    out_tt_.resize(std::size_t(slices_tt * T * T));
+
+    // The row blocks the executor would use, from the real analysis of a causal mask.
+    gg::Graph g;
+    std::vector<float> mask(std::size_t(T * T));
+    for (i64 r = 0; r < T; ++r)
+      for (i64 c = 0; c <= r; ++c) mask[std::size_t(r * T + c)] = 1.f;
+    const gg::NodeId m = gg::op::constant(g, std::move(mask), {T, T});
+    for (const Product& p : kProducts) {
+      gg::Node n{gg::OpKind::matmul, {}, {}, {}, gg::DType::f32, "", {}, {}};
+      n.attrs.trans_a = p.ta, n.attrs.trans_b = p.tb;
+      blocks_.push_back(gg::masked_blocks(g, n, {p.kind, m}));
+      nodes_.push_back(std::move(n));
+    }
+  }
+  float* data(Operand o, i64 b, i64 h) {
+    if (o == P || o == DS) return weights_[o == DS].data() + (cold_ ? (b * d_.H + h) * d_.T * d_.T : 0);
+    return heads_[o].data() + b * d_.T * D_ + h * d_.hd;
   }
 
-  const gg::Shape s_th{T, hd}, s_tt{T, T};
-  auto data = [&](Operand o, i64 b, i64 h) -> float* {
-    if (o == P || o == DS) return weights[o == DS].data() + (b * H + h) * T * T;
-    return heads[o].data() + b * T * D + h * hd;
-  };
-  // Each mode's best sweep, product by product: masked (0) and full (1).
-  std::vector<double> best[2] = {std::vector<double>(kCount, 1e30), std::vector<double>(kCount, 1e30)};
-  for (int sweep = 0; sweep < 2 * sweeps; ++sweep) {
-    const int mode = sweep % 2;  // the two modes alternate
-    std::vector<double> t(kCount, 0.0);
+  Dims d_;
+  bool cold_;
+  bool ready_ = false;
+  i64 D_ = 0;
+  gg::Shape s_th_, s_tt_;
+  std::vector<float> heads_[4], weights_[2], out_th_, out_tt_;
+  std::vector<gg::Node> nodes_;
+  std::vector<gg::MaskedBlocks> blocks_;
+};
+
+// product: an index into kProducts, or kCount for all six one slice after the other.
+void bm_product(benchmark::State& state, Slices& sl, int product, bool masked, double peak_gflops) {
+  const i64 B = sl.dims().B, H = sl.dims().H;
+  double done = 0, full = 0;
+  for (int i = 0; i < kCount; ++i)
+    if (product == kCount || i == product) {
+      full += sl.full_flops();
+      done += sl.full_flops() * (masked ? sl.fraction(i) : 1.0);
+    }
+  for (auto _ : state) {
     for (i64 b = 0; b < B; ++b)
       for (i64 h = 0; h < H; ++h) {
-        // As in a chain, where softmax (forward) and its gradient (backward) have just
-        // written them: the slice's P and dS rewritten, untimed, so that they come from L2
-        // (B * H slices of both are tens of MB: read cold, they came from DRAM, and the
-        // products that read them ran at half the speed they do inside a step).
-        if (as_in_chain)
-          for (int w = 0; w < 2; ++w)
-            std::copy(slice_weights[w].begin(), slice_weights[w].end(), weights[w].data() + (b * H + h) * T * T);
-        for (int i = 0; i < kCount; ++i) {
-          const Product& p = kProducts[std::size_t(i)];
-          const bool a_tt = p.a == P || p.a == DS, b_tt = p.b == P || p.b == DS;
-          const gg::View in[2] = {{data(p.a, b, h), a_tt ? &s_tt : &s_th}, {data(p.b, b, h), b_tt ? &s_tt : &s_th}};
-          float* const result_tt = out_tt.data() + (as_in_chain ? 0 : (b * H + h) * T * T);
-          const gg::View out{p.out_tt ? result_tt : out_th.data() + b * T * D + h * hd, p.out_tt ? &s_tt : &s_th};
-          const gg::SliceStrides ld{a_tt ? 0 : D, b_tt ? 0 : D, p.out_tt ? 0 : D};
-          const auto t0 = Clock::now();
-          gg::slice_matmul(nodes[std::size_t(i)], mode == 0 ? &blocks[std::size_t(i)] : nullptr, in, out, ld);
-          t[std::size_t(i)] += std::chrono::duration<double>(Clock::now() - t0).count();
+        if (product < kCount) {
+          sl.run(product, masked, b, h);
+        } else {
+          for (int i = 0; i < kCount; ++i) sl.run(i, masked, b, h);
         }
       }
-    for (int i = 0; i < kCount; ++i) best[mode][std::size_t(i)] = std::min(best[mode][std::size_t(i)], t[std::size_t(i)]);
+    benchmark::ClobberMemory();
   }
+  state.SetLabel(product < kCount ? kProducts[std::size_t(product)].name : "all six, slice by slice");
+  state.counters["GFLOPS"] = benchmark::Counter(done * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_fraction"] =
+      benchmark::Counter(done * 1e-9 / peak_gflops, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["terms"] = done / full;
+}
 
-  fmt::print("\nT {} hd {} H {} B {}: {} slices, best of {} sweeps each way, one thread\n", T, hd, H, B, S, sweeps);
-  fmt::print("{:<22} {:>9} {:>10} {:>7} {:>9} {:>10} {:>7} {:>11}\n", "product", "masked ms", "GFLOPS", "% peak",
-             "full ms", "GFLOPS", "% peak", "full/masked");
-  double total[2] = {0, 0};
-  for (int i = 0; i < kCount; ++i) {
-    const double full_flops = 2.0 * double(S) * double(T) * double(T) * double(hd);
-    const double done = full_flops * blocks[std::size_t(i)].fraction;  // the masked blocks' share
-    const double tm = best[0][std::size_t(i)], tf = best[1][std::size_t(i)];
-    total[0] += tm, total[1] += tf;
-    fmt::print("{:<22} {:>9.3f} {:>10.1f} {:>6.1f}% {:>9.3f} {:>10.1f} {:>6.1f}% {:>10.2f}x\n", kProducts[std::size_t(i)].name,
-               tm * 1e3, done / tm / 1e9, 100.0 * done / tm / 1e9 / peak, tf * 1e3, full_flops / tf / 1e9,
-               100.0 * full_flops / tf / 1e9 / peak, tf / tm);
-  }
-  fmt::print("{:<22} {:>9.3f} {:>29.3f} {:>18.2f}x  (masked blocks do {:.0f}% of the full products' terms)\n", "all six",
-             total[0] * 1e3, total[1] * 1e3, total[1] / total[0], 100.0 * blocks[0].fraction);
+void register_shapes(const Dims& d, bool cold, double peak_gflops, std::vector<std::unique_ptr<Slices>>& keep) {
+  keep.push_back(std::make_unique<Slices>(d, cold));
+  Slices* sl = keep.back().get();
+  for (int i = 0; i <= kCount; ++i)
+    for (bool masked : {true, false}) {
+      const std::string name =
+          fmt::format("{}/{}/{}", d.name, i < kCount ? kProducts[std::size_t(i)].slug : "all_six", masked ? "masked" : "full");
+      benchmark::RegisterBenchmark(name.c_str(), [sl, i, masked, peak_gflops](benchmark::State& st) {
+        bm_product(st, *sl, i, masked, peak_gflops);
+      })->Unit(benchmark::kMillisecond)->UseRealTime();
+    }
+}
+
+bool is_count(std::string_view a) {
+  return !a.empty() && std::all_of(a.begin(), a.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  gg::set_num_threads(1);  // slice_matmul runs on the calling thread inside a chain
-  const bool cold = argc > 1 && std::string_view(argv[1]) == "cold";
-  if (cold) --argc, ++argv;
-  const gg::FmaPeak peak = gg::measure_fma_peak();
-  fmt::print("FMA peak {:.1f} GFLOPS on 1 thread ({}, ops/peak.h); {}\n", peak.per_core_gflops, gg::cpu_vector_isa(),
-             cold ? "P and dS read cold, (T, T) results a slice each (cold)"
-                  : "P and dS rewritten before each slice, (T, T) results in one slice's buffer, as in a chain");
-  if (argc >= 5) {
-    const int sweeps = argc > 5 ? std::max(1, std::atoi(argv[5])) : 50;
-    run(std::atoll(argv[1]), std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4]), sweeps, peak.per_core_gflops,
-        !cold);
-    return 0;
+  benchmark::Initialize(&argc, argv);  // takes the --benchmark_* flags out of argv
+  constexpr const char* usage = "usage: bench_attention [cold] [T hd H B] [--benchmark_...]";
+  bool cold = false;
+  std::vector<i64> dims;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "cold" && dims.empty()) {
+      cold = true;
+    } else if (is_count(a) && std::atoll(argv[i]) > 0) {
+      dims.push_back(std::atoll(argv[i]));
+    } else {
+      fmt::print(stderr, "bench_attention: unknown argument '{}'; {}\n", a, usage);
+      return 2;
+    }
   }
-  run(64, 32, 4, 12, 400, peak.per_core_gflops, !cold);  // the small GPT (bench/gpt_small.json, batch 12)
-  run(256, 64, 6, 8, 30, peak.per_core_gflops, !cold);   // the medium GPT (bench/gpt_medium.json, batch 8)
+  if (!dims.empty() && dims.size() != 4) {
+    fmt::print(stderr, "bench_attention: give all four of T hd H B, or none{}; {}\n",
+               dims.size() == 5 ? " (runs and repetitions: --benchmark_min_time, --benchmark_repetitions)" : "", usage);
+    return 2;
+  }
+  gg::set_num_threads(1);  // slice_matmul runs on the calling thread inside a chain
+  const gg::FmaPeak peak = gg::measure_fma_peak();
+  benchmark::AddCustomContext("vector_isa", gg::cpu_vector_isa());
+  benchmark::AddCustomContext("fma_peak_gflops",
+                              fmt::format("{:.1f} on 1 thread (ops/peak.h; peak_fraction's base)", peak.per_core_gflops));
+  benchmark::AddCustomContext("weights_and_results",
+                              cold ? "cold: P, dS and the (T, T) results a slice each"
+                                   : "as in a chain: one slice-sized P, dS and (T, T) result buffer for all slices");
+
+  std::vector<std::unique_ptr<Slices>> keep;
+  if (dims.empty()) {
+    register_shapes({"small", 64, 32, 4, 12}, cold, peak.per_core_gflops, keep);
+    register_shapes({"medium", 256, 64, 6, 8}, cold, peak.per_core_gflops, keep);
+  } else {
+    register_shapes({fmt::format("T{}_hd{}_H{}_B{}", dims[0], dims[1], dims[2], dims[3]), dims[0], dims[1], dims[2], dims[3]},
+                    cold, peak.per_core_gflops, keep);
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }

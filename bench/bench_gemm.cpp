@@ -1,11 +1,26 @@
-// bench_gemm: GFLOP/s of gg::gemm against OpenBLAS cblas_sgemm on the project's shapes and
-// on squares, median of several timed repetitions, both libraries on the same thread count,
-// each also as a fraction of the machine's FMA peak measured first (ops/peak.h).
-// Usage: [OPENBLAS_CORETYPE=SkylakeX|Haswell] bench_gemm [threads] [cold]
-//   threads: default gg::num_threads(); cold: every timed call comes after a 128 MB sweep,
-//   as a product in a training step comes after other work (what the sweep leaves cold is
-//   mostly the packing buffers, the code and the worker's hand-off, not the operands).
-// Not a test: it checks only that the two results agree, and asserts nothing about speed.
+// bench_gemm: gg::gemm against OpenBLAS cblas_sgemm on the project's shapes and on squares,
+// on Google Benchmark: GFLOPS and the fraction of the machine's FMA peak (measured first,
+// ops/peak.h) as counters, both libraries on the same thread count. Not a test: it checks
+// only that the two results agree (a mismatch is reported as the benchmark's error).
+//
+// Usage: [OPENBLAS_CORETYPE=SkylakeX|Haswell] bench_gemm [threads] [cold] [--benchmark_...]
+//   threads: default gg::num_threads() (GG_NUM_THREADS).
+//   cold: every timed call comes after a 128 MB sweep, as a product in a training step
+//     comes after other work (what the sweep leaves cold is mostly the packing buffers, the
+//     code and the worker's hand-off, not the operands); a run is then 25 calls
+//     (kColdCalls), each timed alone without its sweep, whatever --benchmark_min_time says.
+//   Benchmarks are named <op(A)op(B)>/<M>x<N>x<K>/<gg|openblas>, e.g. NT/768x512x128/gg
+//   (the library appends /real_time, or /iterations:25/manual_time when cold); the label is
+//   the shape as the model has it. The library's flags do the rest, e.g.
+//     bench_gemm 2 --benchmark_filter=/gg/                  gg::gemm only
+//     bench_gemm 2 --benchmark_repetitions=9 --benchmark_enable_random_interleaving=true
+//         --benchmark_report_aggregates_only=true   mean, median, stddev and cv of 9 runs,
+//                                                   gg's and OpenBLAS's interleaved, so that
+//                                                   background load hits both alike
+//     bench_gemm 2 --benchmark_format=json --benchmark_out=gemm.json
+//   Counters: GFLOPS, and peak_fraction of the FMA peak on `threads` threads (the console
+//   marks both "/s": they are rates of the measured time). The peak is in the context.
+#include <benchmark/benchmark.h>
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -15,11 +30,12 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ops/gemm.h"
-#include "ops/peak.h"
 #include "ops/parallel.h"
+#include "ops/peak.h"
 
 #ifdef GG_HAVE_OPENBLAS
 #include <cblas.h>
@@ -37,139 +53,175 @@ struct Shape {
   i64 M, N, K;
 };
 
-using clock_type = std::chrono::steady_clock;
+const Shape kShapes[] = {
+    {"square 256", false, false, 256, 256, 256},
+    {"square 512", false, false, 512, 512, 512},
+    {"square 1024", false, false, 1024, 1024, 1024},
+    {"x(768,128) @ w(128,512)", false, false, 768, 512, 128},
+    {"x(768,512) @ w(512,128)", false, false, 768, 128, 512},
+    {"dy(768,512) @ w(128,512)^T", false, true, 768, 128, 512},
+    {"dy(768,128) @ w(512,128)^T", false, true, 768, 512, 128},
+    {"x(768,128)^T @ dy(768,512)", true, false, 128, 512, 768},
+    {"x(768,512)^T @ dy(768,128)", true, false, 512, 128, 768},
+    {"x(768,128)^T @ dq(768,128)", true, false, 128, 128, 768},
+    {"x(768,128) @ wq(128,128)^T", false, true, 768, 128, 128},
+    {"dq(768,128) @ wq(128,128)", false, false, 768, 128, 128},
+    {"x(768,128) @ emb(65,128)^T", false, true, 768, 65, 128},
+    {"dlogits(768,65) @ emb(65,128)", false, false, 768, 128, 65},
+    {"dlogits(768,65)^T @ x(768,128)", true, false, 65, 128, 768},
+    {"medium x @ fc1^T", false, true, 2048, 1536, 384},
+    {"medium h @ fc2^T", false, true, 2048, 384, 1536},
+    {"medium dy @ fc2", false, false, 2048, 1536, 384},
+    {"medium dh @ fc1", false, false, 2048, 384, 1536},
+    {"medium h^T @ dy", true, false, 1536, 384, 2048},
+    {"medium x^T @ dh", true, false, 384, 1536, 2048},
+    {"medium x @ qkv^T", false, true, 2048, 384, 384},
+    {"medium x^T @ dq", true, false, 384, 384, 2048},
+    {"q(64,32) @ k(64,32)^T", false, true, 64, 64, 32},
+    {"att(64,64) @ v(64,32)", false, false, 64, 32, 64},
+    {"att(64,64)^T @ dy(64,32)", true, false, 64, 32, 64},
+};
 
-// How many calls of f take about 20 ms (after one warm-up call: pool, buffers, caches).
-template <class F>
-i64 calls_per_sample(F& f) {
-  f();
-  for (i64 iters = 1;; iters *= 2) {
-    auto t0 = clock_type::now();
-    for (i64 i = 0; i < iters; ++i) f();
-    if (std::chrono::duration<double>(clock_type::now() - t0).count() >= 0.02) return iters;
+// Calls a cold run times (each after the sweep): a fixed count, because the sweep takes
+// milliseconds and the library would otherwise run calls until they add up to its
+// minimum time.
+constexpr i64 kColdCalls = 25;
+
+enum class Lib { gg, openblas };
+
+// A shape's operands, packed row-major: A (M, K) or (K, M), B (K, N) or (N, K), C (M, N).
+struct Operands {
+  i64 lda, ldb, ldc;
+  std::vector<float> A, B, C;
+  explicit Operands(const Shape& s) : lda(s.ta ? s.M : s.K), ldb(s.tb ? s.K : s.N), ldc(s.N) {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    A.resize(std::size_t(s.M * s.K));
+    B.resize(std::size_t(s.K * s.N));
+    C.resize(std::size_t(s.M * s.N));
+    for (auto& x : A) x = u(rng);
+    for (auto& x : B) x = u(rng);
   }
+  void run(const Shape& s, Lib lib, float* out) {
+    if (lib == Lib::gg) {
+      gg::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda, B.data(), ldb, 0.f, out, ldc);
+      return;
+    }
+#ifdef GG_HAVE_OPENBLAS
+    cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans, int(s.M), int(s.N),
+                int(s.K), 1.f, A.data(), int(lda), B.data(), int(ldb), 0.f, out, int(ldc));
+#endif
+  }
+};
+
+std::vector<float>& sweep_buffer() {
+  static std::vector<float> sweep(std::size_t(32) << 20);  // 128 MB, more than any L3 here
+  return sweep;
 }
 
-// Seconds per call for one sample of `iters` calls.
-template <class F>
-double sample(F& f, i64 iters) {
-  auto t0 = clock_type::now();
-  for (i64 i = 0; i < iters; ++i) f();
-  return std::chrono::duration<double>(clock_type::now() - t0).count() / double(iters);
+void evict() {
+  auto& sweep = sweep_buffer();
+  for (std::size_t i = 0; i < sweep.size(); i += 16) sweep[i] += 1.f;
+  benchmark::DoNotOptimize(sweep.data());
 }
 
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
-  return v[v.size() / 2];
+void bm_gemm(benchmark::State& state, const Shape& s, Lib lib, bool cold, double peak_gflops) {
+  Operands op(s);  // untimed: before the loop
+  const double gflop = 2e-9 * double(s.M) * double(s.N) * double(s.K);
+  state.SetLabel(s.what);
+  if (!cold) {
+    for (auto _ : state) {
+      op.run(s, lib, op.C.data());
+      benchmark::DoNotOptimize(op.C.data());
+      benchmark::ClobberMemory();
+    }
+  } else {
+    // Manual time: the sweep before each call is not part of the figure, and the library's
+    // PauseTiming/ResumeTiming would put a microsecond of its own clock reads into each
+    // call of a few microseconds (the attention shapes).
+    for (auto _ : state) {
+      evict();
+      const auto t0 = std::chrono::steady_clock::now();
+      op.run(s, lib, op.C.data());
+      benchmark::ClobberMemory();
+      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  state.counters["GFLOPS"] = benchmark::Counter(gflop, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_fraction"] =
+      benchmark::Counter(gflop / peak_gflops, benchmark::Counter::kIsIterationInvariantRate);
+#ifdef GG_HAVE_OPENBLAS
+  if (lib == Lib::gg) {  // the two libraries must agree (after the loop: untimed)
+    std::vector<float> ref(op.C.size());
+    op.run(s, Lib::openblas, ref.data());
+    float worst = 0.f;
+    for (std::size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::abs(op.C[i] - ref[i]));
+    if (!(worst <= 1e-4f * float(s.K)))
+      state.SkipWithError(fmt::format("MISMATCH against OpenBLAS: max |difference| {}", worst).c_str());
+  }
+#endif
 }
 
-constexpr int kSamples = 9;  // per library and shape; samples of gg and OpenBLAS alternate
+bool is_count(std::string_view a) {
+  return !a.empty() && std::all_of(a.begin(), a.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::max(1, std::atoi(argv[1])) : gg::num_threads();
-  const bool cold = argc > 2 && std::string(argv[2]) == "cold";
+  benchmark::Initialize(&argc, argv);  // takes the --benchmark_* flags out of argv
+  int threads = gg::num_threads();
+  bool cold = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "cold") {
+      cold = true;
+    } else if (is_count(a)) {
+      threads = std::max(1, std::atoi(argv[i]));
+    } else {
+      fmt::print(stderr, "bench_gemm: unknown argument '{}'; usage: bench_gemm [threads] [cold] [--benchmark_...]\n", a);
+      return 2;
+    }
+  }
   gg::set_num_threads(threads);
   const gg::FmaPeak peak = gg::measure_fma_peak();
-  const double peak_gf = threads == 1 ? peak.per_core_gflops : peak.reference_gflops();
-  const int samples = (cold ? 3 : 1) * kSamples;  // cold samples are single calls: more of them
-  fmt::print("FMA peak {:.1f} GFLOPS on {} thread{} ({}, ops/peak.h), {} caches\n", peak_gf, threads,
-             threads == 1 ? "" : "s", gg::cpu_vector_isa(), cold ? "cold (a 128 MB sweep before every timed call)" : "hot");
+  const double peak_gflops = threads == 1 ? peak.per_core_gflops : peak.reference_gflops();
+  benchmark::AddCustomContext("gg_threads", std::to_string(threads));
+  benchmark::AddCustomContext("vector_isa", gg::cpu_vector_isa());
+  benchmark::AddCustomContext("fma_peak_gflops", fmt::format("{:.1f} on {} thread{} (ops/peak.h; peak_fraction's base)",
+                                                             peak_gflops, threads, threads == 1 ? "" : "s"));
+  benchmark::AddCustomContext("fma_peak_gflops_per_core", fmt::format("{:.1f}", peak.per_core_gflops));
+  benchmark::AddCustomContext(
+      "caches", cold ? fmt::format("cold: a 128 MB sweep before every timed call, {} calls a run", kColdCalls) : "hot");
+  std::vector<Lib> libs{Lib::gg};
 #ifdef GG_HAVE_OPENBLAS
   openblas_set_num_threads(threads);
+  libs.push_back(Lib::openblas);
   const char* core = std::getenv("OPENBLAS_CORETYPE");
-  const bool avx512 = gg::cpu_has_avx512();
+  benchmark::AddCustomContext("openblas_core", openblas_get_corename());
   // OpenBLAS may pick a weak kernel for a CPU it does not know: compare with its own
   // detection and with the best kernel set this CPU runs (SkylakeX's needs AVX-512).
-  fmt::print("note: compare with OPENBLAS_CORETYPE unset and ={} (now: {})\n", avx512 ? "SkylakeX" : "Haswell",
-             core ? core : "unset");
-  fmt::print("OpenBLAS core: {}, threads: {}\n", openblas_get_corename(), threads);
+  benchmark::AddCustomContext("OPENBLAS_CORETYPE", fmt::format("{} (compare unset and ={})", core ? core : "unset",
+                                                               gg::cpu_has_avx512() ? "SkylakeX" : "Haswell"));
 #else
-  fmt::print("OpenBLAS not found at configure time: gg::gemm only. threads: {}\n", threads);
+  benchmark::AddCustomContext("openblas", "not found at configure time: gg::gemm only");
 #endif
+  if (cold) sweep_buffer();  // allocated and touched before any timing
 
-  const Shape shapes[] = {
-      {"square 256", false, false, 256, 256, 256},
-      {"square 512", false, false, 512, 512, 512},
-      {"square 1024", false, false, 1024, 1024, 1024},
-      {"x(768,128) @ w(128,512)", false, false, 768, 512, 128},
-      {"x(768,512) @ w(512,128)", false, false, 768, 128, 512},
-      {"dy(768,512) @ w(128,512)^T", false, true, 768, 128, 512},
-      {"dy(768,128) @ w(512,128)^T", false, true, 768, 512, 128},
-      {"x(768,128)^T @ dy(768,512)", true, false, 128, 512, 768},
-      {"x(768,512)^T @ dy(768,128)", true, false, 512, 128, 768},
-      {"x(768,128)^T @ dq(768,128)", true, false, 128, 128, 768},
-      {"x(768,128) @ wq(128,128)^T", false, true, 768, 128, 128},
-      {"dq(768,128) @ wq(128,128)", false, false, 768, 128, 128},
-      {"x(768,128) @ emb(65,128)^T", false, true, 768, 65, 128},
-      {"dlogits(768,65) @ emb(65,128)", false, false, 768, 128, 65},
-      {"dlogits(768,65)^T @ x(768,128)", true, false, 65, 128, 768},
-      {"medium x @ fc1^T", false, true, 2048, 1536, 384},
-      {"medium h @ fc2^T", false, true, 2048, 384, 1536},
-      {"medium dy @ fc2", false, false, 2048, 1536, 384},
-      {"medium dh @ fc1", false, false, 2048, 384, 1536},
-      {"medium h^T @ dy", true, false, 1536, 384, 2048},
-      {"medium x^T @ dh", true, false, 384, 1536, 2048},
-      {"medium x @ qkv^T", false, true, 2048, 384, 384},
-      {"medium x^T @ dq", true, false, 384, 384, 2048},
-      {"q(64,32) @ k(64,32)^T", false, true, 64, 64, 32},
-      {"att(64,64) @ v(64,32)", false, false, 64, 32, 64},
-      {"att(64,64)^T @ dy(64,32)", true, false, 64, 32, 64},
-  };
-
-  fmt::print("{:<30} {:>5} {:>5} {:>5} {:>10} {:>10} {:>9} {:>8} {:>8}\n", "shape (op(A) @ op(B))", "M",
-             "N", "K", "gg GF/s", "oblas GF/s", "gg/oblas", "gg %pk", "oblas %pk");
-  std::vector<float> sweep(cold ? std::size_t(32) << 20 : 0);  // 128 MB, more than any L3 here
-  auto evict = [&] {
-    for (std::size_t i = 0; i < sweep.size(); i += 16) sweep[i] += 1.f;
-  };
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (const Shape& s : shapes) {
-    // A: (M, K) or (K, M); B: (K, N) or (N, K); C: (M, N); all packed row-major.
-    const i64 lda = s.ta ? s.M : s.K, ldb = s.tb ? s.K : s.N, ldc = s.N;
-    std::vector<float> A(std::size_t(s.M * s.K)), B(std::size_t(s.K * s.N));
-    std::vector<float> C(std::size_t(s.M * s.N)), R(std::size_t(s.M * s.N));
-    for (auto& x : A) x = u(rng);
-    for (auto& x : B) x = u(rng);
-    const double flops = 2.0 * double(s.M) * double(s.N) * double(s.K);
-
-    auto run_gg = [&] {
-      gg::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda, B.data(), ldb, 0.f, C.data(), ldc);
-    };
-    std::vector<double> t_gg;
-#ifdef GG_HAVE_OPENBLAS
-    auto run_ob = [&] {
-      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
-                  s.tb ? CblasTrans : CblasNoTrans, int(s.M), int(s.N), int(s.K), 1.f, A.data(),
-                  int(lda), B.data(), int(ldb), 0.f, R.data(), int(ldc));
-    };
-    std::vector<double> t_ob;
-    const i64 n_gg = cold ? 1 : calls_per_sample(run_gg), n_ob = cold ? 1 : calls_per_sample(run_ob);
-    for (int r = 0; r < samples; ++r) {  // alternate, so background load hits both alike
-      evict();
-      t_gg.push_back(sample(run_gg, n_gg));
-      evict();
-      t_ob.push_back(sample(run_ob, n_ob));
+  for (const Shape& s : kShapes)
+    for (Lib lib : libs) {  // a shape's two rows next to each other
+      const std::string name = fmt::format("{}{}/{}x{}x{}/{}", s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.M, s.N, s.K,
+                                           lib == Lib::gg ? "gg" : "openblas");
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), [&s, lib, cold, peak_gflops](benchmark::State& st) {
+        bm_gemm(st, s, lib, cold, peak_gflops);
+      });
+      b->Unit(benchmark::kMicrosecond);
+      if (cold)
+        b->UseManualTime()->Iterations(kColdCalls);
+      else
+        b->UseRealTime();  // wall time: the pool's other threads work too
     }
-    const double gf_gg = flops / median(t_gg) * 1e-9, gf_ob = flops / median(t_ob) * 1e-9;
-    float worst = 0.f;
-    for (std::size_t i = 0; i < C.size(); ++i) worst = std::max(worst, std::abs(C[i] - R[i]));
-    fmt::print("{:<30} {:>5} {:>5} {:>5} {:>10.1f} {:>10.1f} {:>9.2f} {:>7.1f}% {:>7.1f}%{}\n", s.what, s.M, s.N,
-               s.K, gf_gg, gf_ob, gf_gg / gf_ob, 100 * gf_gg / peak_gf, 100 * gf_ob / peak_gf,
-               worst > 1e-4f * float(s.K) ? fmt::format("  MISMATCH {}", worst) : "");
-#else
-    const i64 n_gg = cold ? 1 : calls_per_sample(run_gg);
-    for (int r = 0; r < samples; ++r) {
-      evict();
-      t_gg.push_back(sample(run_gg, n_gg));
-    }
-    const double gf_gg = flops / median(t_gg) * 1e-9;
-    fmt::print("{:<30} {:>5} {:>5} {:>5} {:>10.1f} {:>10} {:>9} {:>7.1f}% {:>8}\n", s.what, s.M, s.N, s.K, gf_gg,
-               "-", "-", 100 * gf_gg / peak_gf, "-");
-#endif
-  }
-  fmt::print("gg/oblas > 1 means gg::gemm is faster.\n");
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
   return 0;
 }

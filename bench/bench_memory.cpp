@@ -1,18 +1,28 @@
 // bench_memory: how fast the machine's cores read memory, alone and together, and what
 // reading values another core wrote costs; run through gradgraph's own thread pool
-// (ops/parallel.h), so the threads sit on the CPUs a training step's do.
+// (ops/parallel.h), so the threads sit on the CPUs a training step's do; on Google Benchmark.
 //
-// Usage: bench_memory
-//
-// Two tables, in GB/s:
-// - reads: every thread sums its own buffer of the given size, first thread 0 alone, then
-//   all threads at once (the figures per thread). Buffers that fit a core's L2 or the L3
-//   should read as fast together as alone; from DRAM the threads share one bandwidth, so
-//   a pass over values that left the caches gets no faster with a second thread.
-// - hand-over: thread 0 writes a buffer, then thread 1 sums it (the values come from the
-//   other core's cache), against thread 0 summing it again (its own cache); and thread 1
-//   rewriting it over thread 0's lines against over its own.
-// Best of a few repeats each. No timing assertion anywhere: a benchmark, not a test.
+// Usage: bench_memory [--benchmark_...]    (threads: GG_NUM_THREADS, default all)
+//   reads/<size>KB/alone: thread 0 sums its own buffer, the other threads idle;
+//   reads/<size>KB/together: every thread sums its own buffer at the same time. Buffers
+//     that fit a core's L2 or the L3 should read as fast together as alone; from DRAM the
+//     threads share one bandwidth, so a pass over values that left the caches gets no
+//     faster with a second thread. An iteration is one hand-out to the pool, in which each
+//     thread reads its buffer enough times to make the hand-out's cost negligible.
+//   handover/<size>KB/<case> (two threads or more): one thread writes a buffer, untimed,
+//   then one access to it is timed:
+//     read_other: thread 0 writes, thread 1 sums it (the values come from the other core's cache),
+//     read_own: thread 0 writes, thread 0 sums it (its own cache),
+//     rewrite_other: thread 0 writes, thread 1 overwrites it (over the other core's lines),
+//     rewrite_own: thread 1 writes, thread 1 overwrites it (over its own).
+//     The timed access runs on a pool thread and takes microseconds, about what the
+//     hand-out to that thread takes, so its time is taken on that thread and handed to the
+//     library as manual time; a run is kHandOverIterations (200) of them.
+//   Counters: bytes_per_second (reads: every thread's bytes together; handover: the one
+//   timed thread's) and, for the reads, per_thread (one thread's), in bytes/s (the
+//   console's G/s is GB/s, 10^9 bytes a second). --benchmark_repetitions=N gives the mean,
+//   median and spread of N runs. No timing assertion anywhere: a benchmark, not a test.
+#include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,13 +30,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <new>
+#include <string>
 #include <vector>
 
 #include "ops/parallel.h"
 
 namespace {
-
-using clk = std::chrono::steady_clock;
 
 struct Free {
   void operator()(float* p) const { std::free(p); }
@@ -37,11 +47,8 @@ Buf make(std::size_t floats) {
   const std::size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
   auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
   if (!p) throw std::bad_alloc();
-  std::fill(p, p + floats, 1.f);
   return Buf(p);
 }
-
-volatile float sink;
 
 // Sums n floats (n a multiple of 64) in 64 independent partial sums, which the compiler
 // keeps in vector registers.
@@ -51,12 +58,13 @@ void read_all(const float* a, std::size_t n) {
     for (std::size_t j = 0; j < 64; ++j) s[j] += a[i + j];
   float t = 0;
   for (float v : s) t += v;
-  sink = t;
+  benchmark::DoNotOptimize(t);
 }
 
-void write_all(float* a, std::size_t n, float v) { std::fill(a, a + n, v); }
-
-double seconds_since(clk::time_point t0) { return std::chrono::duration<double>(clk::now() - t0).count(); }
+void write_all(float* a, std::size_t n, float v) {
+  std::fill(a, a + n, v);
+  benchmark::ClobberMemory();
+}
 
 // Runs body(t) on every thread t at once, through the pool (thread t takes chunk t).
 template <class F>
@@ -66,77 +74,87 @@ void on_threads(int threads, F body) {
   });
 }
 
+// Bytes each thread reads in one hand-out (at least one pass over its buffer).
+constexpr std::size_t kReadBytesPerHandOut = std::size_t(64) << 20;
+constexpr benchmark::IterationCount kHandOverIterations = 200;
+
+void bm_reads(benchmark::State& state, std::size_t kib, bool together) {
+  const int T = gg::num_threads(), working = together ? T : 1;
+  const std::size_t n = kib * 1024 / sizeof(float), bytes = n * sizeof(float);
+  const int passes = int(std::max<std::size_t>(1, kReadBytesPerHandOut / bytes));
+  std::vector<Buf> bufs(static_cast<std::size_t>(T));
+  on_threads(T, [&](int t) {  // each buffer allocated and first written by the thread that reads it
+    bufs[std::size_t(t)] = make(n);
+    write_all(bufs[std::size_t(t)].get(), n, 1.f);
+  });
+  for (auto _ : state)
+    on_threads(T, [&](int t) {
+      if (t >= working) return;
+      for (int p = 0; p < passes; ++p) read_all(bufs[std::size_t(t)].get(), n);
+    });
+  const double per_thread = double(passes) * double(bytes);
+  state.counters["bytes_per_second"] = benchmark::Counter(per_thread * working, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["per_thread"] = benchmark::Counter(per_thread, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(together ? fmt::format("{} threads at once", T) : "thread 0 alone");
+}
+
+enum class HandOver { read_other, read_own, rewrite_other, rewrite_own };
+
+void bm_handover(benchmark::State& state, std::size_t kib, HandOver what) {
+  const int T = gg::num_threads();
+  const std::size_t n = kib * 1024 / sizeof(float), bytes = n * sizeof(float);
+  Buf buf = make(n);
+  const int actor = what == HandOver::read_own ? 0 : 1;  // the thread whose access is timed
+  float value = 0;
+  for (auto _ : state) {
+    value += 1.f;
+    on_threads(T, [&](int t) {  // the write before, untimed
+      if (t == (what == HandOver::rewrite_own ? 1 : 0)) write_all(buf.get(), n, value);
+    });
+    double seconds = 0;
+    on_threads(T, [&](int t) {
+      if (t != actor) return;
+      const auto t0 = std::chrono::steady_clock::now();
+      if (what == HandOver::read_other || what == HandOver::read_own)
+        read_all(buf.get(), n);
+      else
+        write_all(buf.get(), n, value + 0.5f);
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+    state.SetIterationTime(seconds);
+  }
+  state.counters["bytes_per_second"] = benchmark::Counter(double(bytes), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   const int T = std::max(1, gg::num_threads());
   gg::set_thread_shares(std::vector<double>(std::size_t(T), 1.0));  // chunk t on thread t, always
-  fmt::print("bench_memory: {} threads (GG_NUM_THREADS), GB/s, best of repeats\n\n", T);
+  benchmark::AddCustomContext("gg_threads", fmt::format("{} (GG_NUM_THREADS)", T));
 
-  fmt::print("reads: each thread sums its own buffer\n{:>10}  {:>12}  {}\n", "buffer", "thread 0 alone",
-             "all threads at once (per thread)");
-  for (std::size_t kib : {256u, 768u, 3072u, 12288u, 65536u}) {
-    const std::size_t n = kib * 1024 / sizeof(float);
-    std::vector<Buf> bufs;
-    for (int t = 0; t < T; ++t) bufs.push_back(make(n));
-    const int passes = int(std::max<std::size_t>(1, (std::size_t(1) << 30) / (n * sizeof(float))));
-    std::vector<double> alone(1, 0), together(std::size_t(T), 0);
-    for (int rep = 0; rep < 3; ++rep) {
-      on_threads(T, [&](int t) {  // thread 0 alone: the others return at once
-        if (t != 0) return;
-        read_all(bufs[0].get(), n);
-        const auto t0 = clk::now();
-        for (int p = 0; p < passes; ++p) read_all(bufs[0].get(), n);
-        alone[0] = std::max(alone[0], double(passes) * double(n * sizeof(float)) / seconds_since(t0) / 1e9);
-      });
-      on_threads(T, [&](int t) {
-        read_all(bufs[std::size_t(t)].get(), n);
-        const auto t0 = clk::now();
-        for (int p = 0; p < passes; ++p) read_all(bufs[std::size_t(t)].get(), n);
-        together[std::size_t(t)] =
-            std::max(together[std::size_t(t)], double(passes) * double(n * sizeof(float)) / seconds_since(t0) / 1e9);
-      });
-    }
-    fmt::print("{:>7} KB  {:>12.1f}  ", kib, alone[0]);
-    for (double g : together) fmt::print(" {:7.1f}", g);
-    fmt::print("\n");
+  for (std::size_t kib : {256u, 768u, 3072u, 12288u, 65536u})
+    for (bool together : {false, true})
+      benchmark::RegisterBenchmark(fmt::format("reads/{}KB/{}", kib, together ? "together" : "alone").c_str(),
+                                   [kib, together](benchmark::State& st) { bm_reads(st, kib, together); })
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();  // wall time: the pool's threads do the reading
+  if (T >= 2) {
+    const std::pair<HandOver, const char*> cases[] = {{HandOver::read_other, "read_other"},
+                                                      {HandOver::read_own, "read_own"},
+                                                      {HandOver::rewrite_other, "rewrite_other"},
+                                                      {HandOver::rewrite_own, "rewrite_own"}};
+    for (std::size_t kib : {192u, 384u, 1536u, 4096u})
+      for (const auto& [what, name] : cases)
+        benchmark::RegisterBenchmark(fmt::format("handover/{}KB/{}", kib, name).c_str(),
+                                     [kib, what = what](benchmark::State& st) { bm_handover(st, kib, what); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseManualTime()
+            ->Iterations(kHandOverIterations);
   }
-
-  if (T < 2) return 0;
-  fmt::print("\nhand-over: thread 0 writes a buffer, then\n{:>10}  {:>16}  {:>16}  {:>22}  {:>22}\n", "buffer",
-             "thread 1 reads", "thread 0 reads", "thread 1 rewrites it", "thread 1 rewrites again");
-  for (std::size_t kib : {192u, 384u, 1536u, 4096u}) {
-    const std::size_t n = kib * 1024 / sizeof(float);
-    Buf buf = make(n);
-    double other = 0, own = 0, over_other = 0, over_own = 0;
-    const double bytes = double(n * sizeof(float));
-    // Thread 0 writes the buffer, then thread `reader` sums it: GB/s.
-    auto handed_to = [&](int reader, int rep) {
-      on_threads(T, [&](int t) {
-        if (t == 0) write_all(buf.get(), n, float(rep));
-      });
-      double gbs = 0;
-      on_threads(T, [&](int t) {
-        if (t != reader) return;
-        const auto t0 = clk::now();
-        read_all(buf.get(), n);
-        gbs = bytes / seconds_since(t0) / 1e9;
-      });
-      return gbs;
-    };
-    for (int rep = 0; rep < 50; ++rep) {
-      other = std::max(other, handed_to(1, rep));
-      own = std::max(own, handed_to(0, rep));
-      on_threads(T, [&](int t) {
-        if (t != 1) return;
-        auto t0 = clk::now();
-        write_all(buf.get(), n, 2.f);
-        over_other = std::max(over_other, bytes / seconds_since(t0) / 1e9);
-        t0 = clk::now();
-        write_all(buf.get(), n, 3.f);
-        over_own = std::max(over_own, bytes / seconds_since(t0) / 1e9);
-      });
-    }
-    fmt::print("{:>7} KB  {:>16.1f}  {:>16.1f}  {:>22.1f}  {:>22.1f}\n", kib, other, own, over_other, over_own);
-  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
 }

@@ -4,7 +4,7 @@
 set -euo pipefail
 # clang 16 (14 cannot compile std::source_location with bookworm's libstdc++), its
 # sanitizer runtimes and libFuzzer: for tools/fuzz.sh, which .ci/run runs.
-pkgs=(g++ cmake ninja-build libfmt-dev doctest-dev libxsimd-dev nlohmann-json3-dev libcli11-dev
+pkgs=(g++ cmake ninja-build libfmt-dev doctest-dev libxsimd-dev nlohmann-json3-dev libcli11-dev libbenchmark-dev
       clang-16 libclang-rt-16-dev libfuzzer-16-dev)
 missing=()
 for p in "${pkgs[@]}"; do
