@@ -1,7 +1,7 @@
 // The structure of a node's tangent -- its derivative along one parameter direction --
 // without computing it: whether it is zero, and along which axes it is the same at every
 // index. Each primitive's rule maps its inputs' tangent structures to its output's; this
-// is what lets autodiff/structural.h tell a gradient that is zero by construction (no
+// is what lets autodiff/grad_stats.h tell a gradient that is zero by construction (no
 // path, a path only through step functions, or a shift that a softmax removes) from one
 // that happens to be small. Conservative: "not constant" is always a safe answer.
 #pragma once
