@@ -1,5 +1,5 @@
-// The sample graphs of every primitive, one small graph per op kind (the one gradient
-// checker applied to everything), shared by the gradient checker's test (tests/autodiff/test_gradcheck.cpp) and the f64
+// The sample graphs of every primitive, one small graph per op kind (a table keyed by kind),
+// shared by the gradient checker's test (tests/autodiff/test_gradcheck.cpp) and the f64
 // reference interpreter's test (tests/ops/test_eval_f64.cpp). A primitive of
 // ops/op_list.def without an entry fails the coverage test by name.
 // Losses are sum(out * fixed random weights), so no gradient is trivially uniform.
