@@ -3,11 +3,12 @@
 // same program can instead be evaluated one SIMD register at a time with every member's
 // value in a register, each input read once and each stored value written once. That needs
 // the program at compile time, so ops/fused_programs.inc lists the programs that the
-// library's own layers make (GELU in both forms and its gradient, layer norm and its
-// gradient, residual sums); a group whose program, stored members and input forms match an
+// reference models' plans make (GELU in both forms and its gradient, layer norm and its
+// gradient, attention's masked softmax, residual sums): tools/gen_fused_programs.cpp writes
+// it from those plans (compiled_entry below), and CTest's fused_programs fails while the
+// committed table differs. A group whose program, stored members and input forms match an
 // entry runs its compiled kernel, any other runs interpreted. Entries are matched by
-// structure, never by op name, and a test (tests/models/test_fuse_compiled.cpp) fails,
-// printing the line to add, when a reference model makes a program the table lacks.
+// structure, never by op name.
 //
 // A row group runs row by row: consecutive full members as one loop over the row's
 // registers, a row reduction (sum, max) as the unfused kernel's row function over the row
