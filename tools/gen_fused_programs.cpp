@@ -120,8 +120,8 @@ std::string render(const Table& table) {
       "// plans that make it and its members' ops. After a change to a layer or a planning pass,\n"
       "// regenerate (CTest's fused_programs fails until then) and rebuild:\n"
       "//   cmake --build build --target gen_fused_programs && build/tests/gen_fused_programs ops/fused_programs.inc\n"
-      "// (A lone row member is a group only where its program is here: a new one-member program is\n"
-      "// found once a line for it is added by hand; the generator keeps it while a plan makes it.)\n";
+      "// (One row member alone is a group only where its program is listed here, so the generator\n"
+      "// keeps such a line while a plan makes it but does not find a new one.)\n";
   for (const auto& [line, p] : table) {
     std::string from;
     for (const std::string& src : p.sources) from += (from.empty() ? "" : "; ") + src;
