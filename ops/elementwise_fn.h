@@ -177,6 +177,20 @@ struct erf {
   static constexpr bool transcendental = true;
 };
 
+// ---- sigmoid -----------------------------------------------------------------------
+// d/dx sigmoid(x) = sigmoid(x) (1 - sigmoid(x))
+struct sigmoid {
+  // exp(-x) overflows to inf for x < -88.7: 1 / inf = 0, the limit
+  template <class T> T operator()(T x) const { return T(1.f) / (T(1.f) + simd::exp(x * -1.f)); }
+  static double f64(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+  static void grad(GradArgs& a) {
+    NodeId one = op::scalar(a.g, 1.f);
+    a.gin[0] = op::mul(a.g, a.gout, op::mul(a.g, a.node, op::sub(a.g, one, a.node)));
+  }
+  static constexpr TangentRule tangent = tangent_pointwise<0>;
+  static constexpr bool transcendental = true;
+};
+
 // ---- selection: compare and where (their rules are in elementwise.cpp) --------------
 
 // 1.0 where a <op> b holds, else 0.0; with a NaN operand every comparison is false but

@@ -55,6 +55,7 @@ inline const std::map<OpKind, std::pair<float, float>>& unary_ranges() {
   static const std::map<OpKind, std::pair<float, float>> r = {
       {OpKind::neg, {-2.f, 2.f}},    {OpKind::exp, {-1.5f, 1.5f}}, {OpKind::log, {0.5f, 3.f}},
       {OpKind::sqrt, {0.5f, 3.f}},   {OpKind::tanh, {-2.f, 2.f}},  {OpKind::erf, {-1.5f, 1.5f}},
+      {OpKind::sigmoid, {-4.f, 4.f}},
   };
   return r;
 }
