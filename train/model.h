@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "../autodiff/grad_stats.h"
-#include "../autodiff/optim.h"
+#include "optim.h"
 #include "../dsl/expr.h"
 #include "../ops/executor.h"
 #include "../ops/tensor.h"

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "../autodiff/optim.h"
+#include "optim.h"
 #include "model.h"
 #include "options.h"
 #include "plot.h"
