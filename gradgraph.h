@@ -35,8 +35,9 @@
 #include "dsl/transformer.h"
 #include "dsl/typed.h"
 
-// io: safetensors, capped reads of outside files, message helpers
+// io: safetensors, capped reads of outside files, strict JSON objects, message helpers
 #include "io/error.h"
+#include "io/json_object.h"
 #include "io/message.h"
 #include "io/read_file.h"
 #include "io/safetensors.h"
