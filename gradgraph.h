@@ -3,10 +3,11 @@
 // <gradgraph/...> resolves through build/include/gradgraph, a link to the source directory.
 // Every public header includes its neighbours relative to itself ("../ops/graph.h"), so only
 // P/include is needed on the path. Kernel internals (ops/simd.h, kernel_util.h, gemm.h,
-// parallel.h) are private: not installed, never included from here.
+// parallel.h; GG_PRIVATE_HEADERS in CMakeLists.txt) are private: not installed, never
+// included from here.
 #pragma once
 
-// ops: the IR, shapes, builders, tensors and the executor
+// ops: the IR, shapes, builders, tensors, the executor and thread control
 #include "ops/build.h"
 #include "ops/eval_f64.h"
 #include "ops/executor.h"
@@ -19,13 +20,14 @@
 #include "ops/simplify.h"
 #include "ops/tangent.h"
 #include "ops/tensor.h"
+#include "ops/threads.h"
 
-// autodiff: grad(), gradcheck(), hvp(), gradient statistics, optimizers and clipping
+// autodiff: grad(), gradcheck(), hvp(), gradient statistics
 #include "autodiff/grad.h"
 #include "autodiff/grad_stats.h"
 #include "autodiff/gradcheck.h"
 #include "autodiff/hvp.h"
-#include "autodiff/optim.h"
+#include "autodiff/param_grad.h"
 
 // dsl: Expr handles, param(), nn compositions (attention, blocks, encoder and decoder)
 #include "dsl/expr.h"
@@ -33,18 +35,21 @@
 #include "dsl/transformer.h"
 #include "dsl/typed.h"
 
-// io: safetensors, capped reads of outside files, message helpers
+// io: safetensors, capped reads of outside files, strict JSON objects, message helpers
 #include "io/error.h"
+#include "io/json_object.h"
 #include "io/message.h"
 #include "io/read_file.h"
 #include "io/safetensors.h"
 
-// train: any model on the generic trainer: option tables, checkpoints, data, reports
+// train: any model on the generic trainer: option tables, optimizers, clipping and
+// schedules, checkpoints, data, reports
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/data_path.h"
 #include "train/error.h"
 #include "train/model.h"
+#include "train/optim.h"
 #include "train/options.h"
 #include "train/plot.h"
 #include "train/progress.h"

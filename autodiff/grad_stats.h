@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "../ops/graph.h"
-#include "optim.h"
+#include "param_grad.h"
 
 namespace gg {
 

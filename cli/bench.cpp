@@ -19,11 +19,11 @@
 #include <thread>
 #include <vector>
 
-#include "autodiff/optim.h"
 #include "models/gpt.h"
 #include "models/gpt_flops.h"
-#include "ops/parallel.h"
 #include "ops/peak.h"
+#include "ops/threads.h"
+#include "train/optim.h"
 
 #ifndef GG_SOURCE_DIR
 #define GG_SOURCE_DIR ""

@@ -16,7 +16,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "autodiff/optim.h"
 #include "cli/bench.h"
 #include "cli/debug.h"
 #include "io/safetensors.h"
@@ -24,9 +23,10 @@
 #include "models/gpt.h"
 #include "models/seq2seq.h"
 #include "models/vit.h"
-#include "ops/parallel.h"
 #include "ops/simplify.h"
+#include "ops/threads.h"
 #include "train/checkpoint.h"
+#include "train/optim.h"
 #include "train/replay.h"
 #include "train/trainer.h"
 

@@ -15,7 +15,6 @@
 #include <memory>
 #include <string>
 
-#include "autodiff/optim.h"
 #include "io/error.h"
 #include "models/char_lm.h"
 #include "models/gpt.h"
@@ -23,6 +22,7 @@
 #include "train/checkpoint.h"
 #include "train/error.h"
 #include "train/model.h"
+#include "train/optim.h"
 #include "train/options.h"
 #include "train/trainer.h"
 

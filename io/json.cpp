@@ -2,12 +2,16 @@
 // small DOM builder that refuses a duplicate key with one map lookup and stops at
 // max_depth. nlohmann's own callback parser is not used: it rescans the parent object
 // after every nested value (quadratic: a 7 MB header of 100k entries took 213 s).
+// parse_json_object (io/json_object.h): the same parse, handed on without nlohmann types.
 #include "io/json.h"
 
 #include <fmt/format.h>
 
+#include <climits>
 #include <nlohmann/json.hpp>
 #include <vector>
+
+#include "io/json_object.h"
 
 namespace gg::io {
 
@@ -130,6 +134,31 @@ json parse_json_strict(const std::string& text, const std::string& source, int m
   if (!b.syntax_error.empty()) throw Error(fmt::format("{} is not valid JSON: {}", name, b.syntax_error));
   if (!ok) throw Error(fmt::format("{} is not valid JSON", name));
   return std::move(b.root);
+}
+
+std::optional<std::vector<JsonMember>> parse_json_object(const std::string& text, const std::string& source,
+                                                         int max_depth) {
+  const json j = parse_json_strict(text, source, max_depth);
+  if (!j.is_object()) return std::nullopt;
+  std::vector<JsonMember> members;
+  members.reserve(j.size());
+  for (auto& [key, v] : j.items()) {  // a std::map: sorted by key
+    JsonMember m{key, std::monostate{}, ""};
+    if (v.is_boolean())
+      m.value = v.get<bool>();
+    else if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(INT64_MAX))
+      m.value = v.get<std::uint64_t>();
+    else if (v.is_number_integer())
+      m.value = v.get<std::int64_t>();
+    else if (v.is_number())
+      m.value = v.get<double>();
+    else if (v.is_string())
+      m.value = v.get<std::string>();
+    else
+      m.json = v.dump();
+    members.push_back(std::move(m));
+  }
+  return members;
 }
 
 }  // namespace gg::io

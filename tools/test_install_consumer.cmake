@@ -3,7 +3,8 @@
 # gradgraph::gradgraph, include <gradgraph/gradgraph.h>) with only that prefix to find it.
 # Also checks the umbrella header includes every installed header and no private header
 # was installed.
-# Inputs: GG_BUILD_DIR, GG_CONFIG, WORK_DIR, CONSUMER_DIR, GENERATOR, MAKE_PROGRAM, CXX, LAUNCHER.
+# Inputs: GG_BUILD_DIR, GG_CONFIG, WORK_DIR, CONSUMER_DIR, GENERATOR, MAKE_PROGRAM, CXX, LAUNCHER,
+# PRIVATE_HEADERS (GG_PRIVATE_HEADERS, comma-separated).
 set(prefix ${WORK_DIR}/prefix)
 set(build ${WORK_DIR}/build)
 file(REMOVE_RECURSE ${WORK_DIR})
@@ -31,7 +32,11 @@ foreach(h IN LISTS installed)
     message(FATAL_ERROR "install_consumer: installed header ${h} is not included by gradgraph.h")
   endif()
 endforeach()
-foreach(h ops/simd.h ops/erf_table.h ops/masked.h ops/kernel_util.h ops/gemm.h ops/parallel.h)
+string(REPLACE "," ";" private "${PRIVATE_HEADERS}")
+if(NOT private)
+  message(FATAL_ERROR "install_consumer: no PRIVATE_HEADERS given")
+endif()
+foreach(h IN LISTS private)
   if(EXISTS ${prefix}/include/gradgraph/${h})
     message(FATAL_ERROR "install_consumer: private header ${h} was installed")
   endif()

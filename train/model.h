@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "../autodiff/grad_stats.h"
-#include "../autodiff/optim.h"
 #include "../dsl/expr.h"
 #include "../ops/executor.h"
 #include "../ops/tensor.h"
 #include "error.h"
+#include "optim.h"
 
 namespace gg::train {
 

@@ -3,13 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "io/json.h"
-#include "ops/graph.h"
+#include "io/json_object.h"
 #include "io/read_file.h"
+#include "ops/graph.h"
 
 namespace gg::train {
 
@@ -157,31 +158,30 @@ std::string OptionList::to_json(const void* s) const {
 
 namespace {
 // JSON value -> option value of the kind asked for, or the problem.
-OptionValue from_json(const json& v) {
-  if (v.is_boolean()) return v.get<bool>();
-  if (v.is_number_integer()) {
-    if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(INT64_MAX)) return double(v.get<std::uint64_t>());
-    return v.get<std::int64_t>();
-  }
-  if (v.is_number()) return v.get<double>();
-  if (v.is_string()) return v.get<std::string>();
-  return std::string("\x01") + v.dump();  // not a scalar: no kind accepts it
+OptionValue from_json(const io::JsonMember& m) {
+  if (auto* b = std::get_if<bool>(&m.value)) return *b;
+  if (auto* i = std::get_if<std::int64_t>(&m.value)) return *i;
+  if (auto* u = std::get_if<std::uint64_t>(&m.value)) return double(*u);  // above INT64_MAX
+  if (auto* d = std::get_if<double>(&m.value)) return *d;
+  if (auto* s = std::get_if<std::string>(&m.value)) return *s;
+  return std::string("\x01") + m.json;  // not a scalar: no kind accepts it
 }
 }  // namespace
 
 void read_json(const std::string& text, const std::string& source, const std::vector<BoundOptions>& sets,
                bool require_all) {
-  json j;
+  std::optional<std::vector<io::JsonMember>> members;
   try {
-    j = io::parse_json_strict(text, source, /*max_depth=*/32);  // duplicate keys, depth, NUL, BOM
+    members = io::parse_json_object(text, source, /*max_depth=*/32);  // duplicate keys, depth, NUL, BOM
   } catch (const io::Error& e) {
     throw InputError(e.what());
   }
-  if (!j.is_object()) throw InputError(fmt::format("{}: must be a JSON object of options", source));
+  if (!members) throw InputError(fmt::format("{}: must be a JSON object of options", source));
   std::vector<std::string> known;
   for (const BoundOptions& b : sets)
     for (const Option& o : b.list->options()) known.push_back(o.name);
-  for (auto& [key, value] : j.items()) {
+  for (const io::JsonMember& member : *members) {
+    const std::string& key = member.key;
     const Option* opt = nullptr;
     void* target = nullptr;
     for (const BoundOptions& b : sets)
@@ -194,10 +194,10 @@ void read_json(const std::string& text, const std::string& source, const std::ve
       throw InputError(fmt::format("{}: unknown key '{}'{}", source, cut(key),
                                    near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near)));
     }
-    OptionValue v = from_json(value);
+    OptionValue v = from_json(member);
     if (std::string p = opt->problem(v); !p.empty()) {
       if (std::holds_alternative<std::string>(v) && std::get<std::string>(v).starts_with("\x01"))
-        p = fmt::format("must be {}, got {}", opt->describe(), cut(value.dump()));
+        p = fmt::format("must be {}, got {}", opt->describe(), cut(member.json));
       throw InputError(fmt::format("{}: key '{}': {}", source, key, p));
     }
     if (opt->kind == Option::Kind::number && std::holds_alternative<std::int64_t>(v)) v = double(std::get<std::int64_t>(v));
@@ -206,7 +206,8 @@ void read_json(const std::string& text, const std::string& source, const std::ve
   if (require_all)
     for (const BoundOptions& b : sets)
       for (const Option& o : b.list->options())
-        if (!o.optional_in_json && !j.contains(o.name))
+        if (!o.optional_in_json && std::none_of(members->begin(), members->end(),
+                                                [&](const io::JsonMember& m) { return m.key == o.name; }))
           throw InputError(fmt::format("{}: missing key '{}' ({})", source, o.name, o.describe()));
   for (const BoundOptions& b : sets) b.list->validate(b.target, source);
 }

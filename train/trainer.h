@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "../autodiff/optim.h"
 #include "model.h"
+#include "optim.h"
 #include "options.h"
 #include "plot.h"
 

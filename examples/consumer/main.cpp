@@ -1,7 +1,7 @@
 // A program outside the source tree that uses an installed gradgraph (CTest's
 // install_consumer builds it against `cmake --install` output). A linear layer with known
-// weights, an MSE loss and its gradient, run by an Executor; exits 1 unless every number
-// matches the hand computation in the comments.
+// weights, an MSE loss and its gradient, run by an Executor on two threads, then one SGD
+// step; exits 1 unless every number matches the hand computation in the comments.
 #include <gradgraph/gradgraph.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@ using namespace gg;
 using namespace gg::dsl;
 
 int main() {
+  set_num_threads(2);  // thread control is public API (ops/threads.h)
   Graph g;
   Expr x = input(g, "x", {2, 3});                      // x: (2, 3)
   Expr y = input(g, "y", {2, 1});                      // y: (2, 1)
@@ -31,13 +32,19 @@ int main() {
 
   // pred = (6.5, 8.5), residuals (0.5, 0.5): loss 0.25; dL/db = mean(2 r) = 1;
   // dL/dW = mean over rows of 2 r x = ((1,1,1) + (0,1,2)) / 2 = (0.5, 1, 1.5).
-  const std::vector<float> want = {0.25f, 0.5f, 1.0f, 1.5f, 1.0f};
+  std::vector<float> want = {0.25f, 0.5f, 1.0f, 1.5f, 1.0f};
   std::vector<float> got = {ex.scalar(loss.id)};
   for (int i = 0; i < 3; ++i) got.push_back(ex.value(grads[0].id).f()[i]);
   got.push_back(ex.value(grads[1].id).f()[0]);
+  // One SGD step with lr 0.1 (train/optim.h): fc.weight - 0.1 dW = (0.95, 1.9, 2.85).
+  std::vector<float> dw(got.begin() + 1, got.begin() + 4);
+  std::vector<ParamGrad> pg = {{"fc.weight", &store.at("fc.weight"), dw}};
+  Sgd().step(pg, 0.1);
+  for (int i = 0; i < 3; ++i) got.push_back(store.at("fc.weight").f()[i]);
+  want.insert(want.end(), {0.95f, 1.9f, 2.85f});
   bool ok = true;
   for (std::size_t i = 0; i < want.size(); ++i) ok = ok && std::fabs(got[i] - want[i]) < 1e-5f;
-  std::printf("loss %.4f, dW (%.4f, %.4f, %.4f), db %.4f: %s\n", got[0], got[1], got[2], got[3], got[4],
-              ok ? "ok" : "WRONG");
+  std::printf("loss %.4f, dW (%.4f, %.4f, %.4f), db %.4f, after SGD W (%.4f, %.4f, %.4f): %s\n", got[0], got[1],
+              got[2], got[3], got[4], got[5], got[6], got[7], ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
 }

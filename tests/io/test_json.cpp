@@ -1,13 +1,19 @@
-// Tests for io/json (parse_json_strict) and io/message (cut, in_quotes, count_list): strict
-// JSON refuses what nlohmann alone accepts (duplicate keys, a NUL, a BOM), stops deep
-// nesting, stays fast on many keys, and every message is one short line.
+// Tests for io/json (parse_json_strict, parse_json_object) and io/message (cut, in_quotes,
+// count_list): strict JSON refuses what nlohmann alone accepts (duplicate keys, a NUL, a
+// BOM), stops deep nesting, stays fast on many keys, and every message is one short line.
 #include "io/json.h"
+#include "io/json_object.h"
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <variant>
+#include <vector>
 
 using gg::io::Error;
 using gg::io::parse_json_strict;
@@ -118,4 +124,35 @@ TEST_CASE("message: cut, in_quotes, with_commas, count_list") {
   for (int i = 0; i < 1023; ++i) many.push_back(fmt::format("blocks.{}.w", i));
   CHECK(count_list(many) == "blocks.0.w, blocks.1.w, blocks.2.w and 1,020 more");
   CHECK(count_list({std::string(100, 'x'), "y"}, 1, 5) == "xxxxx... (100 bytes) and 1 more");
+}
+
+TEST_CASE("json: parse_json_object hands an object's members on as plain values, sorted by key") {
+  using gg::io::JsonMember;
+  const auto members = gg::io::parse_json_object(
+      R"({"s": "x", "b": true, "i": -3, "u": 18446744073709551615, "n": 9223372036854775807, "d": 0.5,
+          "a": [1, {"k": null}], "z": null})",
+      "c.json");
+  REQUIRE(members);
+  std::vector<std::string> keys;
+  for (const JsonMember& m : *members) keys.push_back(m.key);
+  CHECK(keys == std::vector<std::string>{"a", "b", "d", "i", "n", "s", "u", "z"});
+  auto at = [&](const char* k) { return *std::find_if(members->begin(), members->end(), [&](auto& m) { return m.key == k; }); };
+  CHECK(at("a").json == R"([1,{"k":null}])");
+  CHECK(std::holds_alternative<std::monostate>(at("a").value));
+  CHECK(std::get<bool>(at("b").value) == true);
+  CHECK(std::get<double>(at("d").value) == 0.5);
+  CHECK(std::get<std::int64_t>(at("i").value) == -3);
+  CHECK(std::get<std::int64_t>(at("n").value) == INT64_MAX);  // unsigned only above INT64_MAX
+  CHECK(std::get<std::string>(at("s").value) == "x");
+  CHECK(at("s").json.empty());
+  CHECK(std::get<std::uint64_t>(at("u").value) == UINT64_MAX);
+  CHECK(at("z").json == "null");
+  CHECK_FALSE(gg::io::parse_json_object("[1]", "c.json"));
+  CHECK_FALSE(gg::io::parse_json_object("3", "c.json"));
+  CHECK(gg::io::parse_json_object("{}", "c.json")->empty());
+  // The strict reader's refusals, unchanged.
+  CHECK_THROWS_WITH_AS(gg::io::parse_json_object(R"({"lr": 1, "lr": 2})", "c.json"),
+                       "c.json has a duplicate key 'lr'", Error);
+  CHECK_THROWS_WITH_AS(gg::io::parse_json_object(R"({"a": [[1]]})", "c.json", 2), "c.json nests deeper than 2 levels",
+                       Error);
 }

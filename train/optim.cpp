@@ -2,7 +2,7 @@
 // PyTorch evaluates them (so results match to rounding). Each is one parallel pass over all
 // parameters at once, cut into fixed chunks (grad_chunk values), so small parameters do not
 // each pay for a pass of their own and the norm's summation order never depends on threads.
-#include "autodiff/optim.h"
+#include "train/optim.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "ops/parallel.h"
+#include "ops/threads.h"
 
 namespace gg {
 

@@ -1,5 +1,6 @@
-// Optimizers and gradient clipping, applied to the parameter store with the gradients
-// an executor computed. Formulas follow PyTorch (torch.optim.SGD, torch.optim.AdamW,
+// Optimizers, gradient clipping and the learning-rate schedule, applied to the parameter
+// store with the gradients an executor computed (ParamGrad: autodiff/param_grad.h).
+// Formulas follow PyTorch (torch.optim.SGD, torch.optim.AdamW,
 // torch.nn.utils.clip_grad_norm_) exactly, as the reference-model spec requires.
 #pragma once
 
@@ -9,17 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "../autodiff/param_grad.h"
 #include "../ops/tensor.h"
 
 namespace gg {
-
-// One parameter and its gradient, which must have the parameter's number of elements
-// (step() and clip_grad_norm throw GraphError naming the parameter and both sizes).
-struct ParamGrad {
-  std::string name;
-  Tensor* param;
-  std::span<float> grad;
-};
 
 // The parameters an optimizer steps, by name, with their shapes: what load_state checks
 // a saved state against.

@@ -1,6 +1,7 @@
-// Tests for autodiff/optim.cpp: SGD (with and without momentum) and AdamW against the
+// Tests for train/optim.cpp: SGD (with and without momentum) and AdamW against the
 // PyTorch formulas of the reference-model spec ("Training step") evaluated in double,
-// gradient clipping, optimizer state round trips and the cosine learning-rate schedule.
+// gradient clipping (and grad_stats' promise about it), optimizer state round trips and
+// the cosine learning-rate schedule.
 #include <doctest/doctest.h>
 
 #include "tests/test_util.h"
@@ -10,8 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/optim.h"
-#include "ops/parallel.h"
+#include "autodiff/grad_stats.h"
+#include "ops/threads.h"
+#include "train/optim.h"
 
 namespace {
 
@@ -169,6 +171,18 @@ TEST_CASE("clip_grad_norm returns the norm before clipping and scales by min(1, 
     std::vector<ParamGrad> one = {{"big", &pbig, big}};
     CHECK(clip_grad_norm(one, 0) == doctest::Approx(std::sqrt(1000.0) * double(1e-3f)).epsilon(1e-12));
   }
+}
+
+TEST_CASE("grad_stats' clipped_norm is the global norm clip_grad_norm leaves") {
+  Tensor a({4}), b({2});
+  std::vector<float> ga = {3.f, 0.f, -4.f, 0.f}, gb = {0.f, 12.f};
+  std::vector<ParamGrad> pg = {{"a", &a, ga}, {"b", &b, gb}};
+  GradStats c = grad_stats(pg, 1.0);
+  CHECK(c.global_norm == doctest::Approx(13.0));
+  clip_grad_norm(pg, 1.0);
+  GradStats after = grad_stats(pg);
+  CHECK(c.clipped_norm == doctest::Approx(after.global_norm).epsilon(1e-6));
+  CHECK(c.clipped_norm == doctest::Approx(1.0).epsilon(1e-5));
 }
 
 TEST_CASE("optimizer state()/load_state() round trip gives bit-identical next steps") {
