@@ -66,6 +66,7 @@ if [ -e "$root" ]; then
 fi
 command -v debootstrap >/dev/null || {
   echo "+ apt-get install debootstrap"
+  apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >/dev/null
 }
 
