@@ -7,6 +7,8 @@
 # GG_DEBIAN_MIRROR overrides the mirror (default: the one this machine's apt uses, else
 # deb.debian.org); GG_KEEP_ROOT=1 keeps the root afterwards; CMAKE_BUILD_PARALLEL_LEVEL,
 # if set, is passed to the build inside the root.
+# One block: bash reads it whole before running it, so the file may change during a run.
+{
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
@@ -106,3 +108,4 @@ echo "---"
 grep -E 'tests passed|tests failed' "$log" | tail -n 1 || echo "debootstrap-check: no CTest summary (status $status)"
 rm -f "$log"
 exit "$status"
+}
