@@ -150,7 +150,7 @@ std::string find_torch_script(const std::string& given) {
 // paired rounds after the sweep.
 void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double ours_rss,
                    const std::function<double()>& time_ours) {
-  const std::string python = "/usr/bin/python3";
+  const std::string& python = a.python;
   const std::string script = find_torch_script(a.torch_script);
   fmt::print("\ncompare-torch:\n");
   if (!std::filesystem::exists(python)) {
@@ -498,6 +498,7 @@ void BenchCommand::add_to(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--ab-steps", ab_steps, "Steps of each side in the --ab / --without comparison")->capture_default_str();
   cmd->add_option("--torch-script", torch_script, "The PyTorch peer script (default: bench/torch_bench.py in the source tree)");
+  cmd->add_option("--python", python, "The Python that runs the PyTorch peer (--compare-torch)")->capture_default_str();
 }
 
 int BenchCommand::run() {

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -79,12 +80,32 @@ TEST_CASE("cli: bench --peak prints positive GFLOPS with the CPU model and its v
 }
 
 TEST_CASE("cli: bench --compare-torch without the PyTorch script is skipped, not failed") {
+  // The Python and the script are given, so each skip is tested whatever the machine has
+  // (a fresh Debian has no /usr/bin/python3, let alone PyTorch).
   TempDir d;
-  const Result r = run("bench --config " + quote(tiny_config(d)) + " --batch 1 --steps 1 --warmup 0 --profile-steps 0"
-                       " --compare-torch --torch-script " + quote(d.file("missing.py")));
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  CHECK(r.status == 0);
-  CHECK(contains(r.out, "compare-torch skipped: the PyTorch script"));
+  const std::string base = "bench --config " + quote(tiny_config(d)) +
+                           " --batch 1 --steps 1 --warmup 0 --profile-steps 0 --compare-torch";
+  const std::string no_torch = d.file("python-without-torch");
+  std::ofstream(no_torch) << "#!/bin/sh\nexit 1\n";
+  std::filesystem::permissions(no_torch, std::filesystem::perms::owner_all);
+  const std::string script = d.file("torch_bench.py");
+  std::ofstream(script) << "raise SystemExit(1)\n";
+  const struct {
+    std::string args, says;
+  } cases[] = {
+      {" --python " + quote(no_torch) + " --torch-script " + quote(d.file("missing.py")),
+       "compare-torch skipped: the PyTorch script " + d.file("missing.py") + " does not exist"},
+      {" --python " + quote(d.file("missing-python")) + " --torch-script " + quote(script),
+       "compare-torch skipped: " + d.file("missing-python") + " not found"},
+      {" --python " + quote(no_torch) + " --torch-script " + quote(script),
+       "compare-torch skipped: PyTorch is not installed (" + no_torch + " cannot import torch"},
+  };
+  for (const auto& c : cases) {
+    const Result r = run(base + c.args);
+    INFO(c.args << "\nstdout: " << r.out << "\nstderr: " << r.err);
+    CHECK(r.status == 0);
+    CHECK(contains(r.out, c.says));
+  }
 }
 
 TEST_CASE("cli: bench without --config, or with a sequence past block_size, is one error line") {
