@@ -244,13 +244,21 @@ void binary_member(OpKind op, std::int64_t nr, std::int64_t len, float* dst, con
   for (std::int64_t i = 0; i < nr; ++i) run_instr(op, len, dst + i * len, x.at(i), y.at(i));
 }
 
-// Rows [begin, end) of the group (begin a multiple of rows_unit(group)).
-void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
-              std::int64_t begin, std::int64_t end) {
+// How run_rows lays a group's rows out: rows per block, each thread's scratch (member k's
+// block at off[k] unless it writes its own buffer, then the row offsets of the inputs read
+// at no fixed step) and the row-index strides of the lead dims.
+struct RowLayout {
+  std::int64_t R = 1, blocks = 0;
+  std::vector<std::size_t> off;
+  std::vector<std::size_t> irregular;  // inputs read through row offsets
+  std::size_t offs_at = 0, total = 0;
+  std::vector<std::int64_t> natural;
+};
+
+RowLayout row_layout(const FusedGroup& group, const std::vector<float*>& whole, std::int64_t begin, std::int64_t rows) {
   const std::int64_t n = group.n, w = std::int64_t(simd::width);
-  const std::vector<float*> whole = member_outputs(group, out, stored);
-  const std::int64_t rows = end;
-  const std::size_t count = group.program.size(), nin = in.size();
+  const std::size_t count = group.program.size();
+  RowLayout L;
   // Rows per block: a multiple of `unit`, so that every block starts on a register boundary
   // of each transcendental member's flat values (row r of a full member starts at r * n,
   // of a reduced one at r).
@@ -258,145 +266,167 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::
   for (const FusedInstr& ins : group.program)
     if (transcendental(ins.op)) unit = std::lcm(unit, ins.reduced ? w : w / std::gcd(n, w));
   const auto scratch = std::size_t(std::count(whole.begin(), whole.end(), nullptr));
-  const std::int64_t R = unit * std::max<std::int64_t>(1, buffer_values(scratch, 1) / (unit * n));
-  const std::int64_t blocks = (rows - begin + R - 1) / R;
-  // Per-thread scratch: member k's block at off[k] (stored members and the root write their
-  // own buffers instead), then the row offsets of the inputs read at no fixed step.
-  std::vector<std::size_t> off(count, 0);
-  std::size_t total = 0;
+  L.R = unit * std::max<std::int64_t>(1, buffer_values(scratch, 1) / (unit * n));
+  L.blocks = (rows - begin + L.R - 1) / L.R;
+  L.off.assign(count, 0);
   for (std::size_t k = 0; k < count; ++k) {
     if (whole[k]) continue;
-    off[k] = total;
-    total += std::size_t((R * (group.program[k].reduced ? 1 : n) + 15) / 16 * 16);
+    L.off[k] = L.total;
+    L.total += std::size_t((L.R * (group.program[k].reduced ? 1 : n) + 15) / 16 * 16);
   }
-  std::vector<std::size_t> irregular;  // inputs read through row offsets
-  for (std::size_t j = 0; j < nin; ++j)
-    if (group.reads[j].step < 0) irregular.push_back(j);
-  const std::size_t offs_at = total;
-  total += irregular.size() * std::size_t(R) * 2;  // int64 offsets, two floats each
-  std::vector<std::int64_t> natural(group.lead.size());  // row-index strides of the lead dims
+  for (std::size_t j = 0; j < group.reads.size(); ++j)
+    if (group.reads[j].step < 0) L.irregular.push_back(j);
+  L.offs_at = L.total;
+  L.total += L.irregular.size() * std::size_t(L.R) * 2;  // int64 offsets, two floats each
+  L.natural.resize(group.lead.size());
   for (std::size_t d = group.lead.size(), acc = 1; d-- > 0;) {
-    natural[d] = std::int64_t(acc);
+    L.natural[d] = std::int64_t(acc);
     acc *= std::size_t(group.lead[d]);
   }
-  parallel_for(blocks, std::max<std::int64_t>(1, 16384 / (R * n)), [&](std::int64_t b, std::int64_t e) {
-    thread_local std::vector<float> scratch;
-    if (scratch.size() < total) scratch.resize(total);
-    float* buf = scratch.data();
-    auto* roff = reinterpret_cast<std::int64_t*>(buf + offs_at);  // roff[q * R + i]: irregular input q, row i
-    const std::size_t lr = group.lead.size(), nq = irregular.size();
-    std::vector<std::int64_t> idx(lr), cur(nq);
-    std::vector<Rows> ins_rows(nin), mem_rows(count);
-    for (std::int64_t blk = b; blk < e; ++blk) {
-      const std::int64_t r0 = begin + blk * R, nr = std::min(R, rows - r0);
-      // The irregular inputs' row offsets: the multi-index of row r0, then an odometer.
-      if (nq) {
-        for (std::size_t d = 0; d < lr; ++d) idx[d] = r0 / natural[d] % group.lead[d];
-        for (std::size_t q = 0; q < nq; ++q) {
-          cur[q] = 0;
-          for (std::size_t d = 0; d < lr; ++d) cur[q] += idx[d] * group.reads[irregular[q]].lead_stride[d];
-        }
+  return L;
+}
+
+// The irregular inputs' row offsets for rows [r0, r0 + nr): roff[q * R + i] for input q,
+// row i; the multi-index of row r0, then an odometer (idx, cur: scratch).
+void irregular_offsets(const FusedGroup& group, const RowLayout& L, std::int64_t r0, std::int64_t nr,
+                       std::int64_t* roff, std::vector<std::int64_t>& idx, std::vector<std::int64_t>& cur) {
+  const std::size_t lr = group.lead.size(), nq = L.irregular.size();
+  auto stride = [&](std::size_t q, std::size_t d) { return group.reads[L.irregular[q]].lead_stride[d]; };
+  for (std::size_t d = 0; d < lr; ++d) idx[d] = r0 / L.natural[d] % group.lead[d];
+  for (std::size_t q = 0; q < nq; ++q) {
+    cur[q] = 0;
+    for (std::size_t d = 0; d < lr; ++d) cur[q] += idx[d] * stride(q, d);
+  }
+  for (std::int64_t i = 0; i < nr; ++i) {
+    for (std::size_t q = 0; q < nq; ++q) roff[std::int64_t(q) * L.R + i] = cur[q];
+    for (std::size_t d = lr; d-- > 0;) {
+      for (std::size_t q = 0; q < nq; ++q) cur[q] += stride(q, d);
+      if (++idx[d] < group.lead[d]) break;
+      for (std::size_t q = 0; q < nq; ++q) cur[q] -= group.lead[d] * stride(q, d);
+      idx[d] = 0;
+    }
+  }
+}
+
+// A member over a block of nr rows of n values that is not arithmetic: a row reduction
+// (sum, max), an expand, where, compare. x, y, z: its operands (y, z when it has them).
+void row_member(const FusedInstr& ins, std::int64_t nr, std::int64_t n, float* dst, const Rows& x, const Rows& y,
+                const Rows& z) {
+  const std::int64_t len = ins.reduced ? 1 : n;  // values per row
+  bool xc = false, yc = false, zc = false;
+  switch (ins.op) {
+    case OpKind::sum:
+      for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::sum(std::size_t(n), x.row(i));
+      break;
+    case OpKind::max:
+      for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::max_of(std::size_t(n), x.row(i));
+      break;
+    case OpKind::expand:
+      if (x.flat(len, xc) && xc) std::fill(dst, dst + nr * len, *x.base);
+      else
         for (std::int64_t i = 0; i < nr; ++i) {
-          for (std::size_t q = 0; q < nq; ++q) roff[std::int64_t(q) * R + i] = cur[q];
-          for (std::size_t d = lr; d-- > 0;) {
-            for (std::size_t q = 0; q < nq; ++q) cur[q] += group.reads[irregular[q]].lead_stride[d];
-            if (++idx[d] < group.lead[d]) break;
-            for (std::size_t q = 0; q < nq; ++q) cur[q] -= group.lead[d] * group.reads[irregular[q]].lead_stride[d];
-            idx[d] = 0;
-          }
+          if (x.one) std::fill(dst + i * len, dst + (i + 1) * len, *x.row(i));
+          else std::memcpy(dst + i * len, x.row(i), std::size_t(len) * 4);
         }
-      }
-      for (std::size_t j = 0, q = 0; j < nin; ++j) {
-        const FusedRead& rd = group.reads[j];
-        ins_rows[j] = rd.step >= 0 ? Rows{in[j].f() + r0 * rd.step, nullptr, rd.step, rd.inner == 0}
-                                   : Rows{in[j].f(), roff + std::int64_t(q++) * R, 0, rd.inner == 0};
-      }
-      // Member k's block, and operand o over the block: a member's block or an input.
-      auto member = [&](std::size_t k) {
-        return whole[k] ? whole[k] + r0 * (group.program[k].reduced ? 1 : n) : buf + off[k];
-      };
-      // Operands by reference, each Rows written field by field once a block: copying a
-      // just-written Rows whole read it back as one 32-byte load that could not be
-      // forwarded from its four 8-byte stores (a stall, 2% of the small GPT's step in perf).
-      for (std::size_t k = 0; k < count; ++k) {
-        const bool red = group.program[k].reduced;
-        mem_rows[k] = Rows{member(k), nullptr, red ? 1 : n, red || n == 1};
-      }
-      auto operand = [&](int o) -> const Rows& {
-        return o < 0 ? ins_rows[std::size_t(-o - 1)] : mem_rows[std::size_t(o)];
-      };
-      for (std::size_t k = 0; k < count; ++k) {
-        const FusedInstr& ins = group.program[k];
-        const std::int64_t len = ins.reduced ? 1 : n;  // values per row
-        float* dst = member(k);
-        const Rows& x = operand(ins.a);
-        bool xc = false;
-        if (op_arithmetic(ins.op)) {
-          // A unary member's operand has its shape: its block is one run. One pass over the
-          // block keeps the unary kernel's SIMD/scalar split.
-          if (op_arity(ins.op) == 1) run_instr(ins.op, nr * len, dst, x.at(0), Operand{nullptr, false});
-          else binary_member(ins.op, nr, len, dst, x, operand(ins.b));
-          continue;
-        }
-        switch (ins.op) {
-          case OpKind::sum:
-            for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::sum(std::size_t(n), x.row(i));
-            break;
-          case OpKind::max:
-            for (std::int64_t i = 0; i < nr; ++i) dst[i] = simd::max_of(std::size_t(n), x.row(i));
-            break;
-          case OpKind::expand:
-            if (x.flat(len, xc) && xc) std::fill(dst, dst + nr * len, *x.base);
-            else
-              for (std::int64_t i = 0; i < nr; ++i) {
-                if (x.one) std::fill(dst + i * len, dst + (i + 1) * len, *x.row(i));
-                else std::memcpy(dst + i * len, x.row(i), std::size_t(len) * 4);
-              }
-            break;
-          case OpKind::where: {
-            const Rows &y = operand(ins.b), &z = operand(ins.c);
-            bool yc = false, zc = false;
-            if (x.flat(len, xc) && y.flat(len, yc) && z.flat(len, zc))
-              where_row(nr * len, dst, {x.base, xc}, {y.base, yc}, {z.base, zc});
-            else
-              for (std::int64_t i = 0; i < nr; ++i) where_row(len, dst + i * len, x.at(i), y.at(i), z.at(i));
-            break;
-          }
-          case OpKind::compare: {
-            const Rows& y = operand(ins.b);
-            bool yc = false;
-            if (x.flat(len, xc) && y.flat(len, yc)) compare_row(ins.cmp, nr * len, dst, {x.base, xc}, {y.base, yc});
-            else
-              for (std::int64_t i = 0; i < nr; ++i) compare_row(ins.cmp, len, dst + i * len, x.at(i), y.at(i));
-            break;
-          }
-          default:
-            GG_CHECK(false && "not a fusible member");
-        }
-      }
+      break;
+    case OpKind::where:
+      if (x.flat(len, xc) && y.flat(len, yc) && z.flat(len, zc))
+        where_row(nr * len, dst, {x.base, xc}, {y.base, yc}, {z.base, zc});
+      else
+        for (std::int64_t i = 0; i < nr; ++i) where_row(len, dst + i * len, x.at(i), y.at(i), z.at(i));
+      break;
+    case OpKind::compare:
+      if (x.flat(len, xc) && y.flat(len, yc)) compare_row(ins.cmp, nr * len, dst, {x.base, xc}, {y.base, yc});
+      else
+        for (std::int64_t i = 0; i < nr; ++i) compare_row(ins.cmp, len, dst + i * len, x.at(i), y.at(i));
+      break;
+    default:
+      GG_CHECK(false && "not a fusible member");
+  }
+}
+
+// Rows [r0, r0 + nr) of the group, its members in order; buf: this thread's scratch.
+void row_block(const FusedGroup& group, std::span<const View> in, const RowLayout& L, const std::vector<float*>& whole,
+               float* buf, std::int64_t r0, std::int64_t nr, std::vector<Rows>& ins_rows, std::vector<Rows>& mem_rows) {
+  const std::int64_t n = group.n;
+  const std::int64_t* roff = reinterpret_cast<const std::int64_t*>(buf + L.offs_at);
+  for (std::size_t j = 0, q = 0; j < in.size(); ++j) {
+    const FusedRead& rd = group.reads[j];
+    ins_rows[j] = rd.step >= 0 ? Rows{in[j].f() + r0 * rd.step, nullptr, rd.step, rd.inner == 0}
+                               : Rows{in[j].f(), roff + std::int64_t(q++) * L.R, 0, rd.inner == 0};
+  }
+  // Member k's block: its own buffer's rows, or its scratch block.
+  auto member = [&](std::size_t k) {
+    return whole[k] ? whole[k] + r0 * (group.program[k].reduced ? 1 : n) : buf + L.off[k];
+  };
+  // Operands by reference, each Rows written field by field once a block: copying a
+  // just-written Rows whole read it back as one 32-byte load that could not be forwarded
+  // from its four 8-byte stores (a store-forwarding stall).
+  for (std::size_t k = 0; k < group.program.size(); ++k) {
+    const bool red = group.program[k].reduced;
+    mem_rows[k] = Rows{member(k), nullptr, red ? 1 : n, red || n == 1};
+  }
+  auto operand = [&](int o) -> const Rows& { return o < 0 ? ins_rows[std::size_t(-o - 1)] : mem_rows[std::size_t(o)]; };
+  for (std::size_t k = 0; k < group.program.size(); ++k) {
+    const FusedInstr& ins = group.program[k];
+    const std::int64_t len = ins.reduced ? 1 : n;  // values per row
+    float* dst = member(k);
+    const Rows& x = operand(ins.a);
+    if (!op_arithmetic(ins.op)) row_member(ins, nr, n, dst, x, operand(ins.b), operand(ins.c));
+    // A unary member's operand has its shape: its block is one run. One pass over the
+    // block keeps the unary kernel's SIMD/scalar split.
+    else if (op_arity(ins.op) == 1) run_instr(ins.op, nr * len, dst, x.at(0), Operand{nullptr, false});
+    else binary_member(ins.op, nr, len, dst, x, operand(ins.b));
+  }
+}
+
+// Rows [begin, end) of the group (begin a multiple of rows_unit(group)).
+void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::span<const View> stored,
+              std::int64_t begin, std::int64_t end) {
+  const std::vector<float*> whole = member_outputs(group, out, stored);
+  const RowLayout L = row_layout(group, whole, begin, end);
+  parallel_for(L.blocks, std::max<std::int64_t>(1, 16384 / (L.R * group.n)), [&](std::int64_t b, std::int64_t e) {
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < L.total) scratch.resize(L.total);
+    float* buf = scratch.data();
+    std::vector<std::int64_t> idx(group.lead.size()), cur(L.irregular.size());
+    std::vector<Rows> ins_rows(in.size()), mem_rows(group.program.size());
+    for (std::int64_t blk = b; blk < e; ++blk) {
+      const std::int64_t r0 = begin + blk * L.R, nr = std::min(L.R, end - r0);
+      if (!L.irregular.empty())
+        irregular_offsets(group, L, r0, nr, reinterpret_cast<std::int64_t*>(buf + L.offs_at), idx, cur);
+      row_block(group, in, L, whole, buf, r0, nr, ins_rows, mem_rows);
     }
   });
 }
 
-}  // namespace
+// The planned nodes' positions in `order`, their distinct readers among them, and the
+// nodes that must stay outside groups' interiors.
+struct OrderIndex {
+  std::vector<int> pos;
+  std::vector<std::vector<NodeId>> readers;
+  std::vector<char> keep;
+};
 
-Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept) {
+OrderIndex index_order(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept) {
   const std::size_t N = std::size_t(g.size());
-  std::vector<int> pos(N, -1);
-  std::vector<std::vector<NodeId>> readers(N);  // distinct readers among the planned nodes
-  std::vector<char> keep(N, 0);
-  for (NodeId k : kept) keep[std::size_t(k)] = 1;
+  OrderIndex x{std::vector<int>(N, -1), std::vector<std::vector<NodeId>>(N), std::vector<char>(N, 0)};
+  for (NodeId k : kept) x.keep[std::size_t(k)] = 1;
   for (std::size_t s = 0; s < order.size(); ++s) {
     const Node& n = g.node(order[s]);
-    pos[std::size_t(order[s])] = int(s);
+    x.pos[std::size_t(order[s])] = int(s);
     for (std::size_t i = 0; i < n.inputs.size(); ++i)
       if (std::find(n.inputs.begin(), n.inputs.begin() + std::ptrdiff_t(i), n.inputs[i]) == n.inputs.begin() + std::ptrdiff_t(i))
-        readers[std::size_t(n.inputs[i])].push_back(order[s]);
+        x.readers[std::size_t(n.inputs[i])].push_back(order[s]);
   }
-  // Readers first: join the readers' group, or start one.
-  const bool compiled = compiled_by_default();
-  Fusion f;
-  f.group_of.assign(N, -1);
+  return x;
+}
+
+// Readers first: each fusible node joins a readers' group whose root runs before every
+// reader outside it (then no path leaves the group and comes back, and those readers find
+// the value stored), or starts one. group_of: per node, its index in the result.
+std::vector<Building> grow_groups(const Graph& g, const std::vector<NodeId>& order, const OrderIndex& x,
+                                  std::vector<int>& group_of) {
   std::vector<Building> building;
   for (std::size_t s = order.size(); s-- > 0;) {
     const NodeId id = order[s];
@@ -404,24 +434,22 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
     const Fit fit = row_fit(g, id);
     const bool flat = flat_fusible(g, id);
     if (!fit.ok && !flat) continue;
-    // Join a readers' group whose root runs before every reader outside it (then no path
-    // leaves the group and comes back, and those readers find the value stored).
-    const std::vector<NodeId>& rd = readers[std::size_t(id)];
+    const std::vector<NodeId>& rd = x.readers[std::size_t(id)];
     int joined = -1;
-    if (!keep[std::size_t(id)])
+    if (!x.keep[std::size_t(id)])
       for (NodeId cand : rd) {
-        const int gi = f.group_of[std::size_t(cand)];
+        const int gi = group_of[std::size_t(cand)];
         if (gi < 0) continue;
         Building& b = building[std::size_t(gi)];
         bool fits = int(b.members.size()) < max_fused_members;
         if (b.flat_only) fits = fits && flat && nd.shape == b.shape;
         else fits = fits && fit.ok && fit.lead == b.lead && (fit.n < 0 || b.n < 0 || fit.n == b.n);
-        const int root_pos = pos[std::size_t(b.members.front())];
-        for (NodeId r : rd) fits = fits && (f.group_of[std::size_t(r)] == gi || pos[std::size_t(r)] > root_pos);
+        const int root_pos = x.pos[std::size_t(b.members.front())];
+        for (NodeId r : rd) fits = fits && (group_of[std::size_t(r)] == gi || x.pos[std::size_t(r)] > root_pos);
         if (!fits) continue;
         if (!b.flat_only && b.n < 0) b.n = fit.n;
         b.members.push_back(id);
-        f.group_of[std::size_t(id)] = joined = gi;
+        group_of[std::size_t(id)] = joined = gi;
         break;
       }
     if (joined >= 0) continue;
@@ -431,9 +459,61 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
     b.flat_only = !fit.ok;  // a row too long: flat members only
     b.lead = fit.lead;
     b.n = fit.n;
-    f.group_of[std::size_t(id)] = int(building.size());
+    group_of[std::size_t(id)] = int(building.size());
     building.push_back(std::move(b));
   }
+  return building;
+}
+
+// Group gi from its members (in planned order): its program over its members and inputs,
+// the members read outside it (stored), and how a row group reads each input.
+FusedGroup make_group(const Graph& g, const Building& b, int gi, const OrderIndex& x, const std::vector<int>& group_of) {
+  const std::vector<NodeId>& mem = b.members;
+  FusedGroup grp;
+  grp.root = mem.back();
+  grp.members = mem;
+  grp.flat = true;
+  for (NodeId m : mem) grp.flat = grp.flat && flat_fusible(g, m) && g.node(m).shape == b.shape;
+  grp.lead = b.lead;
+  grp.n = b.n < 0 ? 1 : b.n;
+  for (NodeId m : mem) {
+    const Node& n = g.node(m);
+    int operand[3] = {0, 0, 0};
+    for (std::size_t i = 0; i < n.inputs.size(); ++i) {
+      const NodeId in = n.inputs[i];
+      if (group_of[std::size_t(in)] == gi) {
+        operand[i] = int(std::find(mem.begin(), mem.end(), in) - mem.begin());
+      } else {
+        auto it = std::find(grp.inputs.begin(), grp.inputs.end(), in);
+        if (it == grp.inputs.end()) it = grp.inputs.insert(grp.inputs.end(), in);
+        operand[i] = -int(it - grp.inputs.begin()) - 1;
+      }
+    }
+    FusedInstr ins{n.op, operand[0], operand[1], operand[2]};
+    ins.cmp = n.attrs.cmp;
+    ins.reduced = !grp.flat && n.shape.back() == 1;
+    grp.program.push_back(ins);
+  }
+  // Members read outside the group are stored.
+  for (NodeId m : mem)
+    if (m != grp.root && std::any_of(x.readers[std::size_t(m)].begin(), x.readers[std::size_t(m)].end(),
+                                     [&](NodeId r) { return group_of[std::size_t(r)] != gi; })) {
+      grp.stored.push_back(m);
+      grp.program[std::size_t(std::find(mem.begin(), mem.end(), m) - mem.begin())].stored = true;
+    }
+  if (!grp.flat)
+    for (NodeId in : grp.inputs) grp.reads.push_back(read_of(g.node(in).shape, grp.lead, grp.n));
+  return grp;
+}
+
+}  // namespace
+
+Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept) {
+  const OrderIndex x = index_order(g, order, kept);
+  const bool compiled = compiled_by_default();
+  Fusion f;
+  f.group_of.assign(std::size_t(g.size()), -1);
+  std::vector<Building> building = grow_groups(g, order, x, f.group_of);
   // Keep the groups of two or more, numbered in order of their roots, with their programs,
   // and a lone member where a compiled row program runs it (a row program may skip the
   // part of a row a mask zeroes: the attention's weights again from their exponentials
@@ -443,43 +523,10 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
   for (Building& b : building) {
     std::vector<NodeId>& mem = b.members;
     if (mem.size() < 2 && !(compiled && mem.size() == 1 && !b.flat_only)) continue;
-    std::sort(mem.begin(), mem.end(), [&](NodeId x, NodeId y) { return pos[std::size_t(x)] < pos[std::size_t(y)]; });
-    FusedGroup grp;
-    grp.root = mem.back();
-    grp.members = mem;
-    grp.flat = true;
-    for (NodeId m : mem) grp.flat = grp.flat && flat_fusible(g, m) && g.node(m).shape == b.shape;
-    grp.lead = b.lead;
-    grp.n = b.n < 0 ? 1 : b.n;
+    std::sort(mem.begin(), mem.end(), [&](NodeId p, NodeId q) { return x.pos[std::size_t(p)] < x.pos[std::size_t(q)]; });
     const int gi = int(f.groups.size());
     for (NodeId m : mem) f.group_of[std::size_t(m)] = gi;
-    for (NodeId m : mem) {
-      const Node& n = g.node(m);
-      int operand[3] = {0, 0, 0};
-      for (std::size_t i = 0; i < n.inputs.size(); ++i) {
-        const NodeId in = n.inputs[i];
-        if (f.group_of[std::size_t(in)] == gi) {
-          operand[i] = int(std::find(mem.begin(), mem.end(), in) - mem.begin());
-        } else {
-          auto it = std::find(grp.inputs.begin(), grp.inputs.end(), in);
-          if (it == grp.inputs.end()) it = grp.inputs.insert(grp.inputs.end(), in);
-          operand[i] = -int(it - grp.inputs.begin()) - 1;
-        }
-      }
-      FusedInstr ins{n.op, operand[0], operand[1], operand[2]};
-      ins.cmp = n.attrs.cmp;
-      ins.reduced = !grp.flat && n.shape.back() == 1;
-      grp.program.push_back(ins);
-    }
-    // Members read outside the group are stored.
-    for (NodeId m : mem)
-      if (m != grp.root && std::any_of(readers[std::size_t(m)].begin(), readers[std::size_t(m)].end(),
-                                       [&](NodeId r) { return f.group_of[std::size_t(r)] != gi; })) {
-        grp.stored.push_back(m);
-        grp.program[std::size_t(std::find(mem.begin(), mem.end(), m) - mem.begin())].stored = true;
-      }
-    if (!grp.flat)
-      for (NodeId in : grp.inputs) grp.reads.push_back(read_of(g.node(in).shape, grp.lead, grp.n));
+    FusedGroup grp = make_group(g, b, gi, x, f.group_of);
     if (compiled) grp.compiled = find_compiled(grp, fused_input_forms(g, grp));
     if (mem.size() == 1 && (grp.flat || grp.compiled < 0)) {
       f.group_of[std::size_t(mem[0])] = -1;  // its own kernel, as before
