@@ -17,7 +17,6 @@
 
 #include <unistd.h>
 
-#include "ops/env.h"
 #include "ops/fuse_compiled.h"
 #include "ops/gemm.h"
 #include "ops/masked.h"
@@ -42,13 +41,13 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
       params_(params),
       outputs_(simplified_.roots),
       rng_(seed) {
-  if (const char* env = std::getenv("GG_DETECT_ANOMALY")) detect_anomaly_ = *env && std::string(env) != "0";
+  detect_anomaly_ = options.detect_anomaly;
   // Phases: simplify (in the initializers), order, fuse, plan the memory, bind views,
   // steps, checks.
   order_ = ancestors(g_, outputs_);
   number_order();
   if (options.fuse) {
-    fusion_ = fuse_elementwise(g_, order_, read_after_steps());
+    fusion_ = fuse_elementwise(g_, order_, read_after_steps(), options.compiled);
   }
   user_order_.assign(order_.size(), -1);
   for (NodeId id = 0; id < g.size(); ++id)
@@ -79,21 +78,15 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   plan_checks(step_of_, step_at);
 }
 
-bool slice_by_default() { return env_switch_on("GG_SLICE"); }
-
 std::vector<NodeId> Executor::read_after_steps() const {
   std::vector<NodeId> ids = outputs_;
   for (const Graph::Check& c : g_.checks()) ids.push_back(c.node);
   return ids;
 }
 
-bool in_place_by_default() { return env_switch_on("GG_IN_PLACE"); }
-
 std::size_t Executor::in_place_permutes() const {
   return std::size_t(std::count(in_place_step_.begin(), in_place_step_.end(), 1));
 }
-
-bool epilogue_by_default() { return env_switch_on("GG_EPILOGUE"); }
 
 namespace {
 // Each switch's name and member, in the order the passes run.
@@ -217,8 +210,6 @@ void Executor::plan_epilogues(bool on) {
     if (reads_product && ready) epilogue_for_[std::size_t(mm)] = grp.root;
   }
 }
-
-bool masked_by_default() { return env_switch_on("GG_MASKED"); }
 
 std::size_t Executor::chain_local_values() const {
   return std::size_t(std::count_if(local_off_.begin(), local_off_.end(), [](std::int64_t o) { return o >= 0; }));

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config.h"
 #include "fuse.h"
 #include "graph.h"
 #include "op_rule.h"
@@ -25,48 +26,46 @@ namespace gg {
 
 struct MaskedBlocks;  // ops/masked.h
 
-// The batch-slice switch for executors: false when the environment has GG_SLICE=0.
-bool slice_by_default();
-// The masked-product switch: false when the environment has GG_MASKED=0.
-bool masked_by_default();
-// The in-place permute switch: false when the environment has GG_IN_PLACE=0.
-bool in_place_by_default();
-// The GEMM-epilogue switch: false when the environment has GG_EPILOGUE=0.
-bool epilogue_by_default();
-
 struct ExecutorOptions {
   // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning;
   // a plan only computes values, so it also drops stop_gradient marks. Off with
   // GG_SIMPLIFY=0 in the environment, or here.
-  bool simplify = simplify_by_default();
+  bool simplify = env_config().simplify;
   // Run chains of element-wise ops as one step each (ops/fuse.h), after simplification.
   // Off with GG_FUSE=0 in the environment, or here.
-  bool fuse = fuse_by_default();
+  bool fuse = env_config().fuse;
   // Recompute cheap element-wise values next to their late readers instead of keeping
   // them (ops/remat.h), after simplification. Off with GG_REMAT=0, or here.
-  bool remat = remat_by_default();
+  bool remat = env_config().remat;
   // Run chains of batch-parallel steps (attention: the scores' batched matmul, the softmax
   // groups, the matmul with V; and their gradients) one batch slice at a time through the
   // whole chain, so a slice's intermediates stay in cache. Values are unchanged bit for
   // bit. Off with GG_SLICE=0, or here.
-  bool slice = slice_by_default();
+  bool slice = env_config().slice;
   // Inside batch-slice chains, run the matrix products that a constant mask makes partly
   // irrelevant (causal attention's) in row blocks that skip that part (ops/masked.h):
   // about half the work. Values are unchanged wherever they are finite. Off with
   // GG_MASKED=0, or here.
-  bool masked = masked_by_default();
+  bool masked = env_config().masked;
   // Inside batch-slice chains, let a matrix product read an operand that is a permute of
   // some X straight from X, and write a result that only a permute reads straight into
   // that permute's output, where a slice is then a matrix with a row stride (attention's
   // head split and merge): those permutes are not run, and their values take no place in
   // the arena. Values are unchanged bit for bit. Off with GG_IN_PLACE=0, or here.
-  bool in_place = in_place_by_default();
+  bool in_place = env_config().in_place;
   // Run a fused group with a transcendental member (erf, exp, ...) that reads a matrix
   // product's result, and is the next step after it, as the product's epilogue: on each
   // block of the product's rows as soon as the block is final, on the thread that computed
   // it, while the rows are in its cache (the MLP's bias and GELU after its first layer).
   // Values are unchanged bit for bit. Off with GG_EPILOGUE=0, or here.
-  bool epilogue = epilogue_by_default();
+  bool epilogue = env_config().epilogue;
+  // Fused groups that match a program compiled ahead of time run it (ops/fuse_compiled.h);
+  // off, every group is interpreted. Values are unchanged bit for bit. Off with
+  // GG_COMPILED=0, or here.
+  bool compiled = env_config().compiled;
+  // Anomaly mode from the start (Executor::set_detect_anomaly). On with GG_DETECT_ANOMALY=1,
+  // or here.
+  bool detect_anomaly = env_config().detect_anomaly;
 };
 
 // The switches above by name ("simplify", "remat", "fuse", "slice", "masked", "in-place",
@@ -155,8 +154,9 @@ class Executor {
   // the run with a GraphError naming its op, shape, user name, source line, and the min/max
   // and NaN/Inf counts of each of its inputs. A NaN always counts; an Inf only when no input
   // holds one (a mask's -inf carried through `where` is by design; exp overflow, log(0) and
-  // x/0 are caught). A NaN or Inf in a parameter is reported at the first node reading it. Off by default; GG_DETECT_ANOMALY=1 in the
-  // environment turns it on for every executor built afterwards. Costs one pass over each
+  // x/0 are caught). A NaN or Inf in a parameter is reported at the first node reading it.
+  // Off by default (ExecutorOptions::detect_anomaly: GG_DETECT_ANOMALY=1 in the environment
+  // turns it on for every executor). Costs one pass over each
   // output per step.
   void set_detect_anomaly(bool on) { detect_anomaly_ = on; }
   bool detect_anomaly() const { return detect_anomaly_; }

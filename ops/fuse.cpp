@@ -25,7 +25,6 @@
 #include <type_traits>
 
 #include "ops/elementwise_fn.h"
-#include "ops/env.h"
 #include "ops/fuse_compiled.h"
 #include "ops/parallel.h"
 #include "ops/simd.h"
@@ -404,7 +403,8 @@ void run_rows(const FusedGroup& group, std::span<const View> in, View out, std::
 
 }  // namespace
 
-Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept) {
+Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept,
+                        bool compiled) {
   const std::size_t N = std::size_t(g.size());
   std::vector<int> pos(N, -1);
   std::vector<std::vector<NodeId>> readers(N);  // distinct readers among the planned nodes
@@ -418,7 +418,6 @@ Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const 
         readers[std::size_t(n.inputs[i])].push_back(order[s]);
   }
   // Readers first: join the readers' group, or start one.
-  const bool compiled = compiled_by_default();
   Fusion f;
   f.group_of.assign(N, -1);
   std::vector<Building> building;
@@ -540,6 +539,5 @@ void run_fused_interpreted(const FusedGroup& group, std::span<const View> in, Vi
   else run_rows(group, in, out, stored, begin, end);
 }
 
-bool fuse_by_default() { return env_switch_on("GG_FUSE"); }
 
 }  // namespace gg

@@ -14,7 +14,6 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "ops/env.h"
 #include "ops/op_rule.h"
 
 namespace gg {
@@ -138,7 +137,6 @@ NodeId identity_of(const Graph& t, const Node& n, std::vector<NodeId>& ins, Attr
 
 }  // namespace
 
-bool simplify_by_default() { return env_switch_on("GG_SIMPLIFY"); }
 
 Simplified simplify(const Graph& g, const std::vector<NodeId>& roots, const SimplifyOptions& options) {
   for (NodeId r : roots)
