@@ -232,10 +232,44 @@ class Executor {
   std::vector<int> step_index() const;  // per node of g_: its step's index, or -1 (after make_steps)
   void bind_slices(const std::vector<int>& step_at);  // the chains' step indices and per-slice shapes, after make_steps
   void run_chain(const SliceChain& c);
+  // Slice i of chain c through step t, on this thread (run_chain's body).
+  struct ChainThread;
+  void run_chain_step(const SliceChain& c, std::size_t t, std::int64_t i, ChainThread& th);
   bool skipped(const Step& st, unsigned kinds, bool in_chain) const;  // whether `kinds` leave st out
+  // The flat loop run() goes through: one item per step, a chain's steps as one item, a
+  // product and the group run as its epilogue as one item. Built once per way of running.
+  struct RunItem {
+    enum Kind : std::uint8_t { kernel, group, product_epilogue, chain, checks_only } kind;
+    std::uint32_t step;  // the step run (a chain's first)
+    std::int32_t other;  // a chain's index, or a product's epilogue step, else -1
+  };
+  std::vector<RunItem> run_items() const;                 // the plan as planned
+  std::vector<RunItem> step_by_step_items() const;        // every step apart (anomaly mode)
+  std::vector<RunItem> skip_items(unsigned kinds) const;  // run_items() with `kinds` left out
+  void run_item(const RunItem& it);
+  void bind_params();
+  // Watches the loop: called before and after each item (profiling, anomaly checks); one
+  // virtual call per item and observer, none when no observer is on.
+  struct RunObserver {
+    virtual ~RunObserver() = default;
+    virtual void before(const RunItem&) {}
+    virtual void after(const RunItem&) {}
+  };
+  class Profiler;
+  class AnomalyCheck;
+  std::vector<RunItem> items_, items_by_step_, items_skip_;
+  unsigned items_skip_kinds_ = 0;  // what items_skip_ leaves out
   // Asks for the lines step t of chain c reads from outside the chain for `slice` (idx: scratch for its multi-index).
   void prefetch_slice(const SliceChain& c, std::size_t t, std::int64_t slice, std::vector<std::int64_t>& idx) const;
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
+  // plan_memory's liveness: per node the last step that reads it (INT_MAX: an output), the
+  // buffer each node lives in (a view's: its input's), and per position the values placed
+  // there early (a permute a chain writes in place: at the chain's start).
+  std::vector<int> liveness(std::vector<NodeId>& root, std::vector<std::vector<NodeId>>& early,
+                            std::vector<char>& placed_early);
+  void leaves_first();  // plan_slices: the leaves first in order_, before any step
+  // plan_slices: whether node id can run slice by slice over L (inside: nodes already in the chain)
+  bool sliceable(NodeId id, const Shape& L, const std::vector<char>& inside) const;
   void bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root);
   void make_steps();
   void plan_checks(const std::vector<int>& step_of, const std::vector<int>& step_index);

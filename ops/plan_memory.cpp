@@ -22,23 +22,76 @@ std::size_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : SIZE_MAX;
 }
+
+// First fit among the blocks still alive: the lowest free gap that holds a value, else the
+// top of the arena. The free gaps below the top are kept ordered by offset, with a multiset
+// of their sizes, so a placement costs O(log n) plus the gaps it looks at (planning time
+// grows about linearly with the model's depth).
+class FirstFit {
+ public:
+  // The offset of a new block of `size` bytes.
+  std::size_t place(std::size_t size) {
+    std::size_t at = top_;
+    if (!gap_sizes_.empty() && *gap_sizes_.rbegin() >= size)
+      for (auto it = gaps_.begin(); it != gaps_.end(); ++it)
+        if (it->second - it->first >= size) {
+          at = it->first;
+          const std::size_t end = it->second;
+          remove_gap(it);
+          if (at + size < end) add_gap(at + size, end);
+          break;
+        }
+    if (at == top_) top_ += size;
+    blocks_.emplace(at, at + size);
+    return at;
+  }
+  // Frees the block at `off`, merged with the free gaps on either side.
+  void release(std::size_t off) {
+    auto b = blocks_.find(off);
+    std::size_t lo = b->first, hi = b->second;
+    blocks_.erase(b);
+    if (auto next = gaps_.find(hi); next != gaps_.end()) {
+      hi = next->second;
+      remove_gap(next);
+    }
+    if (auto after = gaps_.lower_bound(lo); after != gaps_.begin()) {
+      auto prev = std::prev(after);
+      if (prev->second == lo) {
+        lo = prev->first;
+        remove_gap(prev);
+      }
+    }
+    if (hi >= top_) {
+      top_ = lo;  // the freed space was at the top: the top comes down instead
+      return;
+    }
+    add_gap(lo, hi);
+  }
+
+ private:
+  void add_gap(std::size_t off, std::size_t end) {
+    gaps_.emplace(off, end);
+    gap_sizes_.insert(end - off);
+  }
+  void remove_gap(std::map<std::size_t, std::size_t>::iterator it) {
+    gap_sizes_.erase(gap_sizes_.find(it->second - it->first));
+    gaps_.erase(it);
+  }
+  std::map<std::size_t, std::size_t> gaps_;  // offset -> end, free, below top
+  std::multiset<std::size_t> gap_sizes_;
+  std::map<std::size_t, std::size_t> blocks_;  // offset -> end, live
+  std::size_t top_ = 0;
+};
 }  // namespace
 
-// Liveness and offsets: every intermediate gets a place in one arena, reused once the
-// last reader of the value has run; a reshape shares its input's buffer (`root`).
-void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root) {
+// Liveness: the last step that reads each node; outputs live to the end. A member of a
+// fused group reads its operands when the group runs, at its root's place; the members but
+// the root and the stored ones are never stored. A stored member takes its place where it
+// is in the order (before the group runs: a little early, never late).
+std::vector<int> Executor::liveness(std::vector<NodeId>& root, std::vector<std::vector<NodeId>>& early,
+                                    std::vector<char>& placed_early) {
   const Graph& g = g_;
   const std::size_t N = std::size_t(g.size());
-  views_.assign(N, View{});
-  kept_.assign(N, 0);
-  inputs_.resize(N);
-  input_fed_.assign(N, 0);
-
-  // Liveness: the last step that reads each node; outputs live to the end. A member of a
-  // fused group reads its operands when the group runs, at its root's place; the members
-  // but the root and the stored ones are never stored. A stored member takes its place
-  // where it is in the order (before the group runs: a little early, never late).
-  auto interior = [&](NodeId id) { return never_stored(id); };
   auto runs_at = [&](std::size_t s) {
     const int gi = group_at(order_[s]);
     return gi < 0 ? int(s) : step_of_[std::size_t(fusion_.groups[std::size_t(gi)].root)];
@@ -59,8 +112,8 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
       for (NodeId in : g.node(order_[s]).inputs) last_use[std::size_t(in)] = std::max(last_use[std::size_t(in)], int(c.last));
   // A permute read in place: the chains read its input instead, until its last reader.
   // A permute written in place: the chain that writes it needs its place from its start.
-  std::vector<std::vector<NodeId>> early(order_.size());  // by position: values placed there
-  std::vector<char> placed_early(N, 0);
+  early.assign(order_.size(), {});
+  placed_early.assign(N, 0);
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const InPlace& ip = in_place_[std::size_t(order_[s])];
     if (ip.to < 0) continue;
@@ -74,10 +127,7 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
         placed_early[std::size_t(ip.to)] = 1;
       }
   }
-  for (NodeId o : outputs_) {
-    last_use[std::size_t(o)] = INT_MAX;
-    kept_[std::size_t(o)] = 1;
-  }
+  for (NodeId o : outputs_) last_use[std::size_t(o)] = INT_MAX;
   // A reshape is a view: it shares its input's buffer (except a parameter's, which is
   // rebound at each run), and that buffer lives as long as its last view is read.
   root.assign(N, -1);
@@ -91,66 +141,30 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
     const std::size_t id = std::size_t(order_[s]), r = std::size_t(root[id]);
     if (r != id) last_use[r] = std::max({last_use[r], last_use[id], int(s)});
   }
+  return last_use;
+}
 
-  // Offsets: first fit among the blocks still alive at each step: the lowest free gap that
-  // holds the value, else the top of the arena. Blocks expire after their last reader; the
-  // free gaps below the top are kept ordered by offset, with a multiset of their sizes, so a
-  // step costs O(log n) plus the gaps it looks at (planning time grows about linearly with
-  // the model's depth).
-  std::map<std::size_t, std::size_t> gaps;  // offset -> end, free, below top
-  std::multiset<std::size_t> gap_sizes;
-  std::map<std::size_t, std::size_t> blocks;  // offset -> end, live
-  std::size_t top = 0;
+// Offsets: every intermediate gets a place in one arena (FirstFit), reused once the last
+// reader of the value has run; a reshape shares its input's buffer (`root`).
+void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root) {
+  const std::size_t N = std::size_t(g_.size());
+  views_.assign(N, View{});
+  kept_.assign(N, 0);
+  inputs_.resize(N);
+  input_fed_.assign(N, 0);
+  for (NodeId o : outputs_) kept_[std::size_t(o)] = 1;
+  std::vector<std::vector<NodeId>> early;
+  std::vector<char> placed_early;
+  const std::vector<int> last_use = liveness(root, early, placed_early);
+  FirstFit arena;
   std::vector<std::vector<std::size_t>> expiring(order_.size());  // by last step: block offsets
-  auto add_gap = [&](std::size_t off, std::size_t end) {
-    gaps.emplace(off, end);
-    gap_sizes.insert(end - off);
-  };
-  auto remove_gap = [&](std::map<std::size_t, std::size_t>::iterator it) {
-    gap_sizes.erase(gap_sizes.find(it->second - it->first));
-    return gaps.erase(it);
-  };
-  auto release = [&](std::size_t off) {
-    auto b = blocks.find(off);
-    std::size_t lo = b->first, hi = b->second;
-    blocks.erase(b);
-    // Merge with the free gaps on either side.
-    if (auto next = gaps.find(hi); next != gaps.end()) {
-      hi = next->second;
-      remove_gap(next);
-    }
-    if (auto after = gaps.lower_bound(lo); after != gaps.begin()) {
-      auto prev = std::prev(after);
-      if (prev->second == lo) {
-        lo = prev->first;
-        remove_gap(prev);
-      }
-    }
-    if (hi >= top) {
-      top = lo;  // the freed space was at the top: the top comes down instead
-      return;
-    }
-    add_gap(lo, hi);
-  };
   offset.assign(N, 0);
   std::size_t expired_to = 0;  // buckets below this step are released
   auto place = [&](std::size_t s, NodeId id) {
-    const Node& n = g.node(id);
-    const std::size_t size = round64(std::size_t(numel(n.shape)) * 4);
+    const std::size_t size = round64(std::size_t(numel(g_.node(id).shape)) * 4);
     if (size == 0) return;  // an empty value needs no place (its offset stays 0)
-    std::size_t at = top;
-    if (!gap_sizes.empty() && *gap_sizes.rbegin() >= size)
-      for (auto it = gaps.begin(); it != gaps.end(); ++it)
-        if (it->second - it->first >= size) {
-          at = it->first;
-          const std::size_t end = it->second;
-          remove_gap(it);
-          if (at + size < end) add_gap(at + size, end);
-          break;
-        }
-    if (at == top) top += size;
+    const std::size_t at = arena.place(size);
     offset[std::size_t(id)] = at;
-    blocks.emplace(at, at + size);
     const int last = std::max(last_use[std::size_t(id)], int(s));
     if (last != INT_MAX && std::size_t(last) < expiring.size()) expiring[std::size_t(last)].push_back(at);
     arena_bytes_ = std::max(arena_bytes_, at + size);
@@ -158,12 +172,11 @@ void Executor::plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>
   };
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const NodeId id = order_[s];
-    const Node& n = g.node(id);
-    const bool own = !op_bound_leaf(n.op) && root[std::size_t(id)] == id && !interior(id) &&
+    const bool own = !op_bound_leaf(g_.node(id).op) && root[std::size_t(id)] == id && !never_stored(id) &&
                      local_off_[std::size_t(id)] < 0 && in_place_[std::size_t(id)].to < 0 && !placed_early[std::size_t(id)];
     if (!own && early[s].empty()) continue;
     for (; expired_to < s; ++expired_to)
-      for (std::size_t off : expiring[expired_to]) release(off);
+      for (std::size_t off : expiring[expired_to]) arena.release(off);
     for (NodeId e : early[s]) place(s, e);
     if (own) place(s, id);
   }

@@ -32,6 +32,62 @@ std::size_t Executor::masked_groups() const {
   return k;
 }
 
+void Executor::leaves_first() {
+  // Leaves (inputs, parameters, constants) exist before any step runs: listed first, a step
+  // moved ahead of a chain below never comes before a leaf it reads.
+  std::vector<std::size_t> perm(order_.size());
+  for (std::size_t s = 0; s < perm.size(); ++s) perm[s] = s;
+  std::stable_partition(perm.begin(), perm.end(), [&](std::size_t s) { return op_bound_leaf(g_.node(order_[s]).op); });
+  std::vector<NodeId> order(order_.size()), user_order(order_.size());
+  for (std::size_t s = 0; s < perm.size(); ++s) {
+    order[s] = order_[perm[s]];
+    user_order[s] = user_order_[perm[s]];
+  }
+  order_ = std::move(order);
+  user_order_ = std::move(user_order);
+  number_order();
+}
+
+// Whether node id (a step: a group's root, or an op) can run one slice of L at a time;
+// inside: the nodes already in the chain, whose values are read slice by slice.
+bool Executor::sliceable(NodeId id, const Shape& L, const std::vector<char>& inside) const {
+  const std::int64_t W = std::int64_t(simd::width);
+  const Node& n = g_.node(id);
+  const std::int64_t C = numel(L);
+  std::vector<std::int64_t> stride;
+  const int gi = group_at(id);
+  if (gi >= 0) {
+    const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
+    for (NodeId in : grp.inputs)
+      if (inside[std::size_t(in)] && !starts_with(g_.node(in).shape, L)) return false;
+    if (grp.flat) {
+      if (!starts_with(n.shape, L) || (numel(n.shape) / C) % W != 0) return false;
+      for (NodeId in : grp.inputs)
+        if (g_.node(in).shape != n.shape && numel(g_.node(in).shape) != 1) return false;
+      return true;
+    }
+    if (grp.lead.size() <= L.size() || !std::equal(L.begin(), L.end(), grp.lead.begin())) return false;
+    std::int64_t rows = 1;
+    for (std::size_t d = L.size(); d < grp.lead.size(); ++d) rows *= grp.lead[d];
+    return rows % W == 0;
+  }
+  if (!starts_with(n.shape, L)) return false;
+  for (NodeId in : n.inputs) {
+    const Shape& si = g_.node(in).shape;
+    if (!lead_strides(si, n.shape.size(), L, stride)) return false;
+    if (inside[std::size_t(in)] && !starts_with(si, L)) return false;
+  }
+  if (n.op == OpKind::matmul) {
+    for (NodeId in : n.inputs)
+      if (g_.node(in).shape.size() != L.size() + 2 || !starts_with(g_.node(in).shape, L)) return false;
+    return n.shape.size() == L.size() + 2;
+  }
+  if (op_elementwise(n.op)) return (numel(n.shape) / C) % W == 0;
+  if (n.op == OpKind::sum || n.op == OpKind::max) return n.attrs.axis >= std::int64_t(L.size());
+  if (n.op == OpKind::reshape) return starts_with(g_.node(n.inputs[0]).shape, L);
+  return false;
+}
+
 // Chains: from a batched matmul (both operands batched over the same dims L, at least two
 // batches), as many following steps as can run one L-slice at a time: batched matmuls over
 // L, fused groups whose rows start with L, element-wise ops and reductions over later axes
@@ -41,22 +97,7 @@ std::size_t Executor::masked_groups() const {
 // on a register boundary (rows or values per slice a multiple of the SIMD width), and
 // every kernel on a slice is the whole-tensor kernel on a view.
 void Executor::plan_slices() {
-  const std::int64_t W = std::int64_t(simd::width);
-  // Leaves (inputs, parameters, constants) exist before any step runs: listed first, a step
-  // moved ahead of a chain below never comes before a leaf it reads.
-  {
-    std::vector<std::size_t> perm(order_.size());
-    for (std::size_t s = 0; s < perm.size(); ++s) perm[s] = s;
-    std::stable_partition(perm.begin(), perm.end(), [&](std::size_t s) { return op_bound_leaf(g_.node(order_[s]).op); });
-    std::vector<NodeId> order(order_.size()), user_order(order_.size());
-    for (std::size_t s = 0; s < perm.size(); ++s) {
-      order[s] = order_[perm[s]];
-      user_order[s] = user_order_[perm[s]];
-    }
-    order_ = std::move(order);
-    user_order_ = std::move(user_order);
-    number_order();
-  }
+  leaves_first();
   std::vector<std::size_t> pos;  // positions of the step nodes in order_
   for (std::size_t s = 0; s < order_.size(); ++s) {
     const NodeId id = order_[s];
@@ -65,42 +106,6 @@ void Executor::plan_slices() {
     pos.push_back(s);
   }
   std::vector<char> inside(std::size_t(g_.size()), 0);
-  auto sliceable = [&](NodeId id, const Shape& L) {
-    const Node& n = g_.node(id);
-    const std::int64_t C = numel(L);
-    std::vector<std::int64_t> stride;
-    const int gi = group_at(id);
-    if (gi >= 0) {
-      const FusedGroup& grp = fusion_.groups[std::size_t(gi)];
-      for (NodeId in : grp.inputs)
-        if (inside[std::size_t(in)] && !starts_with(g_.node(in).shape, L)) return false;
-      if (grp.flat) {
-        if (!starts_with(n.shape, L) || (numel(n.shape) / C) % W != 0) return false;
-        for (NodeId in : grp.inputs)
-          if (g_.node(in).shape != n.shape && numel(g_.node(in).shape) != 1) return false;
-        return true;
-      }
-      if (grp.lead.size() <= L.size() || !std::equal(L.begin(), L.end(), grp.lead.begin())) return false;
-      std::int64_t rows = 1;
-      for (std::size_t d = L.size(); d < grp.lead.size(); ++d) rows *= grp.lead[d];
-      return rows % W == 0;
-    }
-    if (!starts_with(n.shape, L)) return false;
-    for (NodeId in : n.inputs) {
-      const Shape& si = g_.node(in).shape;
-      if (!lead_strides(si, n.shape.size(), L, stride)) return false;
-      if (inside[std::size_t(in)] && !starts_with(si, L)) return false;
-    }
-    if (n.op == OpKind::matmul) {
-      for (NodeId in : n.inputs)
-        if (g_.node(in).shape.size() != L.size() + 2 || !starts_with(g_.node(in).shape, L)) return false;
-      return n.shape.size() == L.size() + 2;
-    }
-    if (op_elementwise(n.op)) return (numel(n.shape) / C) % W == 0;
-    if (n.op == OpKind::sum || n.op == OpKind::max) return n.attrs.axis >= std::int64_t(L.size());
-    if (n.op == OpKind::reshape) return starts_with(g_.node(n.inputs[0]).shape, L);
-    return false;
-  };
   auto mark = [&](NodeId id) {
     inside[std::size_t(id)] = 1;
     const int gi = group_at(id);
@@ -112,14 +117,14 @@ void Executor::plan_slices() {
     const int gi = group_at(order_[pos[k]]);
     if (gi >= 0 || n.op != OpKind::matmul || n.shape.size() < 3) continue;
     const Shape L(n.shape.begin(), n.shape.end() - 2);
-    if (numel(L) < 2 || !sliceable(order_[pos[k]], L)) continue;
+    if (numel(L) < 2 || !sliceable(order_[pos[k]], L, inside)) continue;
     std::size_t j = k, compute = 0;
     for (; j < pos.size(); ++j) {
       const Node& nj = g_.node(order_[pos[j]]);
       // reads only leaves (a constant mask's reshape), which exist before any step runs
       const bool outside = group_at(order_[pos[j]]) < 0 && !nj.inputs.empty() &&
                            std::all_of(nj.inputs.begin(), nj.inputs.end(), [&](NodeId in) { return op_bound_leaf(g_.node(in).op); });
-      if (j > k && (nj.op == OpKind::random || (outside && !sliceable(order_[pos[j]], L)))) {
+      if (j > k && (nj.op == OpKind::random || (outside && !sliceable(order_[pos[j]], L, inside)))) {
         // A step that reads nothing the chain makes (a dropout mask's draw; a reshape of a
         // constant mask) moves to just before the chain, so that it does not cut it. Draws
         // keep their order among themselves, and so the numbers.
@@ -132,7 +137,7 @@ void Executor::plan_slices() {
         number_order();
         continue;
       }
-      if (!sliceable(order_[pos[j]], L)) break;
+      if (!sliceable(order_[pos[j]], L, inside)) break;
       mark(order_[pos[j]]);
       if (g_.node(order_[pos[j]]).op != OpKind::reshape) ++compute;
     }
