@@ -19,27 +19,19 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
       g_(options.simplify || options.remat ? simplified_.graph : g),
       params_(params),
       outputs_(simplified_.roots),
+      options_(options),
       rng_(seed) {
+  // The planning passes, in order: simplify and remat ran in the initializers (prepare);
+  // each pass below reads its own switch in options_ and leaves the plan as it was when off.
   detect_anomaly_ = options.detect_anomaly;
-  // Phases: simplify (in the initializers), order, fuse, plan the memory, bind views,
-  // steps, checks.
   order_ = ancestors(g_, outputs_);
   number_order();
-  if (options.fuse) {
-    fusion_ = fuse_elementwise(g_, order_, read_after_steps(), options.compiled);
-  }
-  user_order_.assign(order_.size(), -1);
-  for (NodeId id = 0; id < g.size(); ++id)
-    if (const NodeId p = simplified_.map[std::size_t(id)]; p >= 0) {
-      const int step = step_of_[std::size_t(p)];  // -1: a node the outputs do not need
-      if (step >= 0 && user_order_[std::size_t(step)] < 0) user_order_[std::size_t(step)] = id;
-    }
-  if (options.slice) plan_slices();
-  masked_ = options.masked;
+  plan_fusion();
+  number_user_order();
+  plan_slices();
   plan_locals();
-  in_place_option_ = options.in_place;
   plan_in_place();
-  plan_epilogues(options.epilogue);
+  plan_epilogues();
   std::vector<std::size_t> offset;
   std::vector<NodeId> root;
   plan_memory(offset, root);
@@ -47,14 +39,22 @@ Executor::Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& para
   make_steps();
   const std::vector<int> step_at = step_index();
   bind_slices(step_at);
-  epilogue_step_.assign(steps_.size(), -1);
-  by_epilogue_.assign(steps_.size(), 0);
-  for (std::size_t t = 0; t < steps_.size(); ++t)
-    if (const NodeId r = epilogue_for_[std::size_t(steps_[t].id)]; r >= 0) {
-      epilogue_step_[t] = step_at[std::size_t(r)];
-      by_epilogue_[std::size_t(step_at[std::size_t(r)])] = 1;
-    }
+  bind_epilogues(step_at);
   plan_checks(step_of_, step_at);
+}
+
+void Executor::plan_fusion() {
+  if (options_.fuse) fusion_ = fuse_elementwise(g_, order_, read_after_steps(), options_.compiled);
+}
+
+// Per step: the first node of the graph given that it computes.
+void Executor::number_user_order() {
+  user_order_.assign(order_.size(), -1);
+  for (NodeId id = 0; id < user_g_.size(); ++id)
+    if (const NodeId p = simplified_.map[std::size_t(id)]; p >= 0) {
+      const int step = step_of_[std::size_t(p)];  // -1: a node the outputs do not need
+      if (step >= 0 && user_order_[std::size_t(step)] < 0) user_order_[std::size_t(step)] = id;
+    }
 }
 
 std::vector<NodeId> Executor::read_after_steps() const {

@@ -2,8 +2,12 @@
 // plan (topological order, liveness, one arena whose size is known before the first
 // run) and runs it as a flat loop of kernel calls. Inputs are fed by name; parameters
 // come from a ParamStore and persist across runs. Planning passes, in order: simplify
-// and remat (graph to graph), fusion (groups of steps), batch-slice chains (runs of
-// steps executed slice-major), memory. Each can be switched off, and none changes a value.
+// and remat (graph to graph; ops/simplify.h, ops/remat.h), fusion and compiled groups
+// (ops/fuse.h), batch-slice chains and their local values (plan_slices.cpp), in-place
+// permutes (plan_in_place.cpp), epilogues (plan_epilogues.cpp), memory (plan_memory.cpp),
+// then the steps, the chains' masked products (ops/masked.h) and the value checks. Each has
+// its switch in ExecutorOptions, and none changes a value. The run is a flat loop over the
+// plan's items (executor_run.cpp), which profiling and anomaly checks observe.
 #pragma once
 
 #include <cstdint>
@@ -148,6 +152,8 @@ class Executor {
   float scalar(NodeId id) const { return value(id).f()[0]; }
 
   std::mt19937_64& rng() { return rng_; }
+  // The options the plan was made with.
+  const ExecutorOptions& options() const { return options_; }
 
   // Anomaly mode: when on, run() checks each computed node's f32 output for NaN and Inf
   // right after its kernel, and the first node, forward or backward, that makes one stops
@@ -221,13 +227,16 @@ class Executor {
     std::vector<SliceStep> steps;     // per step of the chain
     std::size_t scratch_bytes = 0;    // a thread's scratch for one slice's local values
   };
-  // The phases of the constructor, in order.
+  // The passes of the constructor, in order (each with its own switch in options_).
   static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, const ExecutorOptions& options);
   void number_order();  // step_of_ from order_
   void plan_slices();  // finds the chains (positions in order_), before plan_memory
   void plan_locals();  // the chains' values read only inside one slice's pass, before plan_memory
   void plan_in_place();  // the permutes the chains' products read or write in place, before plan_memory
-  void plan_epilogues(bool on);  // the groups run as a product's epilogue, before plan_memory
+  void plan_fusion();  // fusion_: the element-wise groups (options_.fuse)
+  void number_user_order();  // user_order_ from order_ and the passes' id map
+  void plan_epilogues();  // the groups run as a product's epilogue, before plan_memory
+  void bind_epilogues(const std::vector<int>& step_at);  // their steps, after make_steps
   void bind_locals_unsliced();  // full-size storage for them and for in-place values, when a run goes step by step
   std::vector<int> step_index() const;  // per node of g_: its step's index, or -1 (after make_steps)
   void bind_slices(const std::vector<int>& step_at);  // the chains' step indices and per-slice shapes, after make_steps
@@ -295,8 +304,7 @@ class Executor {
   std::vector<Step> steps_;
   std::vector<SliceChain> chains_;
   std::vector<int> chain_at_;  // per step: the chain starting there, or -1
-  bool masked_ = false;        // ExecutorOptions::masked
-  bool in_place_option_ = false;  // ExecutorOptions::in_place
+  ExecutorOptions options_;    // each pass reads its own switch here
   // Per node of g_, for a permute a chain's products read in place: its input and, per axis
   // of the permute, that axis's stride in its input; for a chain's product whose result is
   // written into the permute that reads it: that permute and, per axis of the product, the

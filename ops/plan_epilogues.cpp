@@ -38,9 +38,9 @@ bool epilogue_worth(const FusedGroup& grp) {
 // while P still reads its operands for other rows: plan_memory keeps P's operands alive
 // until G's place, so G's values never land on them; everything else G writes is placed at
 // G's place as before, after nothing but P ran.
-void Executor::plan_epilogues(bool on) {
+void Executor::plan_epilogues() {
   epilogue_for_.assign(std::size_t(g_.size()), -1);
-  if (!on || fusion_.groups.empty()) return;
+  if (!options_.epilogue || fusion_.groups.empty()) return;
   std::vector<char> in_chain(order_.size(), 0);
   for (const SliceChain& c : chains_)
     for (std::size_t s = c.first; s <= c.last; ++s) in_chain[s] = 1;
@@ -85,6 +85,18 @@ void Executor::plan_epilogues(bool on) {
     }
     if (reads_product && ready) epilogue_for_[std::size_t(mm)] = grp.root;
   }
+}
+
+// Per step: the epilogue group's step of a product, and whether a group's step is run by
+// its product.
+void Executor::bind_epilogues(const std::vector<int>& step_at) {
+  epilogue_step_.assign(steps_.size(), -1);
+  by_epilogue_.assign(steps_.size(), 0);
+  for (std::size_t t = 0; t < steps_.size(); ++t)
+    if (const NodeId r = epilogue_for_[std::size_t(steps_[t].id)]; r >= 0) {
+      epilogue_step_[t] = step_at[std::size_t(r)];
+      by_epilogue_[std::size_t(step_at[std::size_t(r)])] = 1;
+    }
 }
 
 }  // namespace gg

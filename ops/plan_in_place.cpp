@@ -27,7 +27,7 @@ void Executor::plan_in_place() {
   const std::size_t N = std::size_t(g_.size());
   in_place_.assign(N, {});
   in_place_step_.assign(N, 0);
-  if (chains_.empty() || !in_place_option_) return;
+  if (chains_.empty() || !options_.in_place) return;
   std::vector<char> kept(N, 0);  // read after the steps, or checked: needs its own value
   for (NodeId id : read_after_steps()) kept[std::size_t(id)] = 1;
   for (const Graph::Check& ck : g_.checks()) kept[std::size_t(ck.node)] = 1;

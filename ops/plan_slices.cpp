@@ -97,6 +97,7 @@ bool Executor::sliceable(NodeId id, const Shape& L, const std::vector<char>& ins
 // on a register boundary (rows or values per slice a multiple of the SIMD width), and
 // every kernel on a slice is the whole-tensor kernel on a view.
 void Executor::plan_slices() {
+  if (!options_.slice) return;
   leaves_first();
   std::vector<std::size_t> pos;  // positions of the step nodes in order_
   for (std::size_t s = 0; s < order_.size(); ++s) {
@@ -197,7 +198,7 @@ void Executor::bind_slices(const std::vector<int>& step_at) {
   if (chains_.empty()) return;
   // Per node: how a product may skip a mask's zeros; per group: the rows' parts to compute.
   MaskedPlan masked;
-  if (masked_) masked = find_masked(g_, order_, read_after_steps(), fusion_);
+  if (options_.masked) masked = find_masked(g_, order_, read_after_steps(), fusion_);
   for (std::size_t ci = 0; ci < chains_.size(); ++ci) {
     SliceChain& c = chains_[ci];
     c.first = std::size_t(step_at[std::size_t(order_[c.first])]);
