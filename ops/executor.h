@@ -2,8 +2,12 @@
 // plan (topological order, liveness, one arena whose size is known before the first
 // run) and runs it as a flat loop of kernel calls. Inputs are fed by name; parameters
 // come from a ParamStore and persist across runs. Planning passes, in order: simplify
-// and remat (graph to graph), fusion (groups of steps), batch-slice chains (runs of
-// steps executed slice-major), memory. Each can be switched off, and none changes a value.
+// and remat (graph to graph; ops/simplify.h, ops/remat.h), fusion and compiled groups
+// (ops/fuse.h), batch-slice chains and their local values (plan_slices.cpp), in-place
+// permutes (plan_in_place.cpp), epilogues (plan_epilogues.cpp), memory (plan_memory.cpp),
+// then the steps, the chains' masked products (ops/masked.h) and the value checks. Each has
+// its switch in ExecutorOptions, and none changes a value. The run is a flat loop over the
+// plan's items (executor_run.cpp), which profiling and anomaly checks observe.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config.h"
 #include "fuse.h"
 #include "graph.h"
 #include "op_rule.h"
@@ -25,48 +30,46 @@ namespace gg {
 
 struct MaskedBlocks;  // ops/masked.h
 
-// The batch-slice switch for executors: false when the environment has GG_SLICE=0.
-bool slice_by_default();
-// The masked-product switch: false when the environment has GG_MASKED=0.
-bool masked_by_default();
-// The in-place permute switch: false when the environment has GG_IN_PLACE=0.
-bool in_place_by_default();
-// The GEMM-epilogue switch: false when the environment has GG_EPILOGUE=0.
-bool epilogue_by_default();
-
 struct ExecutorOptions {
   // Run the simplification pass (ops/simplify.h) on the needed subgraph before planning;
   // a plan only computes values, so it also drops stop_gradient marks. Off with
   // GG_SIMPLIFY=0 in the environment, or here.
-  bool simplify = simplify_by_default();
+  bool simplify = env_config().simplify;
   // Run chains of element-wise ops as one step each (ops/fuse.h), after simplification.
   // Off with GG_FUSE=0 in the environment, or here.
-  bool fuse = fuse_by_default();
+  bool fuse = env_config().fuse;
   // Recompute cheap element-wise values next to their late readers instead of keeping
   // them (ops/remat.h), after simplification. Off with GG_REMAT=0, or here.
-  bool remat = remat_by_default();
+  bool remat = env_config().remat;
   // Run chains of batch-parallel steps (attention: the scores' batched matmul, the softmax
   // groups, the matmul with V; and their gradients) one batch slice at a time through the
   // whole chain, so a slice's intermediates stay in cache. Values are unchanged bit for
   // bit. Off with GG_SLICE=0, or here.
-  bool slice = slice_by_default();
+  bool slice = env_config().slice;
   // Inside batch-slice chains, run the matrix products that a constant mask makes partly
   // irrelevant (causal attention's) in row blocks that skip that part (ops/masked.h):
   // about half the work. Values are unchanged wherever they are finite. Off with
   // GG_MASKED=0, or here.
-  bool masked = masked_by_default();
+  bool masked = env_config().masked;
   // Inside batch-slice chains, let a matrix product read an operand that is a permute of
   // some X straight from X, and write a result that only a permute reads straight into
   // that permute's output, where a slice is then a matrix with a row stride (attention's
   // head split and merge): those permutes are not run, and their values take no place in
   // the arena. Values are unchanged bit for bit. Off with GG_IN_PLACE=0, or here.
-  bool in_place = in_place_by_default();
+  bool in_place = env_config().in_place;
   // Run a fused group with a transcendental member (erf, exp, ...) that reads a matrix
   // product's result, and is the next step after it, as the product's epilogue: on each
   // block of the product's rows as soon as the block is final, on the thread that computed
   // it, while the rows are in its cache (the MLP's bias and GELU after its first layer).
   // Values are unchanged bit for bit. Off with GG_EPILOGUE=0, or here.
-  bool epilogue = epilogue_by_default();
+  bool epilogue = env_config().epilogue;
+  // Fused groups that match a program compiled ahead of time run it (ops/fuse_compiled.h);
+  // off, every group is interpreted. Values are unchanged bit for bit. Off with
+  // GG_COMPILED=0, or here.
+  bool compiled = env_config().compiled;
+  // Anomaly mode from the start (Executor::set_detect_anomaly). On with GG_DETECT_ANOMALY=1,
+  // or here.
+  bool detect_anomaly = env_config().detect_anomaly;
 };
 
 // The switches above by name ("simplify", "remat", "fuse", "slice", "masked", "in-place",
@@ -149,14 +152,17 @@ class Executor {
   float scalar(NodeId id) const { return value(id).f()[0]; }
 
   std::mt19937_64& rng() { return rng_; }
+  // The options the plan was made with.
+  const ExecutorOptions& options() const { return options_; }
 
   // Anomaly mode: when on, run() checks each computed node's f32 output for NaN and Inf
   // right after its kernel, and the first node, forward or backward, that makes one stops
   // the run with a GraphError naming its op, shape, user name, source line, and the min/max
   // and NaN/Inf counts of each of its inputs. A NaN always counts; an Inf only when no input
   // holds one (a mask's -inf carried through `where` is by design; exp overflow, log(0) and
-  // x/0 are caught). A NaN or Inf in a parameter is reported at the first node reading it. Off by default; GG_DETECT_ANOMALY=1 in the
-  // environment turns it on for every executor built afterwards. Costs one pass over each
+  // x/0 are caught). A NaN or Inf in a parameter is reported at the first node reading it.
+  // Off by default (ExecutorOptions::detect_anomaly: GG_DETECT_ANOMALY=1 in the environment
+  // turns it on for every executor). Costs one pass over each
   // output per step.
   void set_detect_anomaly(bool on) { detect_anomaly_ = on; }
   bool detect_anomaly() const { return detect_anomaly_; }
@@ -221,21 +227,58 @@ class Executor {
     std::vector<SliceStep> steps;     // per step of the chain
     std::size_t scratch_bytes = 0;    // a thread's scratch for one slice's local values
   };
-  // The phases of the constructor, in order.
+  // The passes of the constructor, in order (each with its own switch in options_).
   static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, const ExecutorOptions& options);
   void number_order();  // step_of_ from order_
   void plan_slices();  // finds the chains (positions in order_), before plan_memory
   void plan_locals();  // the chains' values read only inside one slice's pass, before plan_memory
   void plan_in_place();  // the permutes the chains' products read or write in place, before plan_memory
-  void plan_epilogues(bool on);  // the groups run as a product's epilogue, before plan_memory
+  void plan_fusion();  // fusion_: the element-wise groups (options_.fuse)
+  void number_user_order();  // user_order_ from order_ and the passes' id map
+  void plan_epilogues();  // the groups run as a product's epilogue, before plan_memory
+  void bind_epilogues(const std::vector<int>& step_at);  // their steps, after make_steps
   void bind_locals_unsliced();  // full-size storage for them and for in-place values, when a run goes step by step
   std::vector<int> step_index() const;  // per node of g_: its step's index, or -1 (after make_steps)
   void bind_slices(const std::vector<int>& step_at);  // the chains' step indices and per-slice shapes, after make_steps
   void run_chain(const SliceChain& c);
+  // Slice i of chain c through step t, on this thread (run_chain's body).
+  struct ChainThread;
+  void run_chain_step(const SliceChain& c, std::size_t t, std::int64_t i, ChainThread& th);
   bool skipped(const Step& st, unsigned kinds, bool in_chain) const;  // whether `kinds` leave st out
+  // The flat loop run() goes through: one item per step, a chain's steps as one item, a
+  // product and the group run as its epilogue as one item. Built once per way of running.
+  struct RunItem {
+    enum Kind : std::uint8_t { kernel, group, product_epilogue, chain, checks_only } kind;
+    std::uint32_t step;  // the step run (a chain's first)
+    std::int32_t other;  // a chain's index, or a product's epilogue step, else -1
+  };
+  std::vector<RunItem> run_items() const;                 // the plan as planned
+  std::vector<RunItem> step_by_step_items() const;        // every step apart (anomaly mode)
+  std::vector<RunItem> skip_items(unsigned kinds) const;  // run_items() with `kinds` left out
+  void run_item(const RunItem& it);
+  void bind_params();
+  // Watches the loop: called before and after each item (profiling, anomaly checks); one
+  // virtual call per item and observer, none when no observer is on.
+  struct RunObserver {
+    virtual ~RunObserver() = default;
+    virtual void before(const RunItem&) {}
+    virtual void after(const RunItem&) {}
+  };
+  class Profiler;
+  class AnomalyCheck;
+  std::vector<RunItem> items_, items_by_step_, items_skip_;
+  unsigned items_skip_kinds_ = 0;  // what items_skip_ leaves out
   // Asks for the lines step t of chain c reads from outside the chain for `slice` (idx: scratch for its multi-index).
   void prefetch_slice(const SliceChain& c, std::size_t t, std::int64_t slice, std::vector<std::int64_t>& idx) const;
   void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
+  // plan_memory's liveness: per node the last step that reads it (INT_MAX: an output), the
+  // buffer each node lives in (a view's: its input's), and per position the values placed
+  // there early (a permute a chain writes in place: at the chain's start).
+  std::vector<int> liveness(std::vector<NodeId>& root, std::vector<std::vector<NodeId>>& early,
+                            std::vector<char>& placed_early);
+  void leaves_first();  // plan_slices: the leaves first in order_, before any step
+  // plan_slices: whether node id can run slice by slice over L (inside: nodes already in the chain)
+  bool sliceable(NodeId id, const Shape& L, const std::vector<char>& inside) const;
   void bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root);
   void make_steps();
   void plan_checks(const std::vector<int>& step_of, const std::vector<int>& step_index);
@@ -261,8 +304,7 @@ class Executor {
   std::vector<Step> steps_;
   std::vector<SliceChain> chains_;
   std::vector<int> chain_at_;  // per step: the chain starting there, or -1
-  bool masked_ = false;        // ExecutorOptions::masked
-  bool in_place_option_ = false;  // ExecutorOptions::in_place
+  ExecutorOptions options_;    // each pass reads its own switch here
   // Per node of g_, for a permute a chain's products read in place: its input and, per axis
   // of the permute, that axis's stride in its input; for a chain's product whose result is
   // written into the permute that reads it: that permute and, per axis of the product, the

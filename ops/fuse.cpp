@@ -25,7 +25,6 @@
 #include <type_traits>
 
 #include "ops/elementwise_fn.h"
-#include "ops/env.h"
 #include "ops/fuse_compiled.h"
 #include "ops/parallel.h"
 #include "ops/simd.h"
@@ -508,9 +507,9 @@ FusedGroup make_group(const Graph& g, const Building& b, int gi, const OrderInde
 
 }  // namespace
 
-Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept) {
+Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept,
+                        bool compiled) {
   const OrderIndex x = index_order(g, order, kept);
-  const bool compiled = compiled_by_default();
   Fusion f;
   f.group_of.assign(std::size_t(g.size()), -1);
   std::vector<Building> building = grow_groups(g, order, x, f.group_of);
@@ -563,6 +562,5 @@ void run_fused_interpreted(const FusedGroup& group, std::span<const View> in, Vi
   else run_rows(group, in, out, stored, begin, end);
 }
 
-bool fuse_by_default() { return env_switch_on("GG_FUSE"); }
 
 }  // namespace gg

@@ -31,6 +31,7 @@
 #include <span>
 #include <vector>
 
+#include "config.h"
 #include "graph.h"
 #include "op_rule.h"
 
@@ -80,8 +81,11 @@ inline constexpr int max_fused_members = 24;
 inline constexpr std::int64_t max_fused_row = 8192;
 
 // Groups the nodes of `order` (a topological order of the nodes planned) whose values need
-// not be stored: nodes in `kept` are never interior to a group.
-Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept);
+// not be stored: nodes in `kept` are never interior to a group. `compiled`: groups that
+// match a program compiled ahead of time run it (ExecutorOptions::compiled; false: every
+// group is interpreted).
+Fusion fuse_elementwise(const Graph& g, const std::vector<NodeId>& order, const std::vector<NodeId>& kept,
+                        bool compiled = env_config().compiled);
 
 // What a row group's rows hold past a point, where a mask makes it known
 // (ops/masked.h's MaskedPlan::rows): row r computes only its first len[r % len.size()]
@@ -108,8 +112,5 @@ void run_fused(const FusedGroup& group, std::span<const View> in, View out, std:
 
 // The group's extent: its rows (prod(lead)), or its values for a flat group.
 std::int64_t fused_extent(const FusedGroup& group, const View& out);
-
-// The pass's switch for executors: false when the environment has GG_FUSE=0.
-bool fuse_by_default();
 
 }  // namespace gg

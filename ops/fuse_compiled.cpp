@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "ops/elementwise_fn.h"
-#include "ops/env.h"
+#include "ops/config.h"
 #include "ops/parallel.h"
 #include "ops/simd.h"
 
@@ -497,6 +497,6 @@ FusedGroup compiled_group(int i, std::int64_t rows, std::int64_t n, std::string&
   return g;
 }
 
-bool compiled_by_default() { return env_switch_on("GG_COMPILED"); }
+bool compiled_by_default() { return env_config().compiled; }
 
 }  // namespace gg

@@ -60,7 +60,7 @@ FusedGroup compiled_group(int i, std::int64_t rows, std::int64_t n, std::string&
 void run_fused_interpreted(const FusedGroup& group, std::span<const View> in, View out,
                            std::span<const View> stored, std::int64_t begin, std::int64_t end);
 
-// False when the environment has GG_COMPILED=0: every group runs interpreted.
+// The environment's default for ExecutorOptions::compiled: false when GG_COMPILED=0.
 bool compiled_by_default();
 
 }  // namespace gg

@@ -19,6 +19,7 @@
 #include <immintrin.h>
 #endif
 
+#include "ops/config.h"
 #include "ops/parallel.h"
 #include "ops/simd.h"
 
@@ -172,15 +173,7 @@ i64 direct_ta_limit() {
   return 0;
 #endif
 }
-// A switch that is on unless the environment sets it to 0 (GG_STEAL=0, GG_SPLIT_DEPTH=0).
-bool switch_on(const char* name) {
-  const char* e = std::getenv(name);
-  return !(e && e[0] == '0');
-}
-bool steal_rows() {
-  static const bool on = switch_on("GG_STEAL");
-  return on;
-}
+bool steal_rows() { return env_config().steal; }  // GG_STEAL
 constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
 constexpr i64 TA_PREFETCH_ROWS = 8;     // how far ahead pack_a asks for a transposed A's rows
 
@@ -655,10 +648,7 @@ stripe_fn stripe_for(const Problem& P) {
 // half: the rows it likely wrote, packed once. Which products and where K0 falls depend on
 // the shape alone (gemm_depth_split), so the bits do not depend on the threads.
 constexpr i64 HALVES_MAX_RESULT = i64(1) << 20;  // values of C, and of the second half's buffer
-bool split_depth_on() {
-  static const bool on = switch_on("GG_SPLIT_DEPTH");
-  return on;
-}
+bool split_depth_on() { return env_config().split_depth; }  // GG_SPLIT_DEPTH
 thread_local Buffer half_buf;
 std::atomic<std::uint64_t> split_depth_calls{0};
 

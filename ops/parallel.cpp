@@ -37,7 +37,7 @@
 #include <sched.h>
 #endif
 
-#include "ops/env.h"
+#include "ops/config.h"
 
 namespace gg {
 namespace {
@@ -60,9 +60,7 @@ bool spin_until(Ready ready, std::chrono::microseconds spin) {
 
 // How long a hand-off polls before sleeping (GG_SPIN_US overrides; 0 = always sleep).
 std::chrono::microseconds spin_time() {
-  long us = 200;
-  if (const char* s = std::getenv("GG_SPIN_US")) us = std::max(0L, std::atol(s));
-  return std::chrono::microseconds(us);
+  return std::chrono::microseconds(env_config().spin_us);
 }
 
 class Pool {
@@ -187,10 +185,7 @@ class Pool {
 thread_local bool Pool::in_worker = false;
 
 int default_threads() {
-  if (const char* s = std::getenv("GG_NUM_THREADS")) {
-    int n = std::atoi(s);
-    if (n >= 1) return n;
-  }
+  if (const int n = env_config().num_threads; n >= 1) return n;
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
@@ -295,7 +290,7 @@ class Shares {
   std::vector<double> share_;  // fixed, or learned over all jobs
   std::map<std::pair<std::int64_t, std::int64_t>, std::vector<double>> kinds_;  // (n, grain) -> learned shares
   bool fixed_ = false;
-  bool enabled_ = env_switch_on("GG_SHARES");
+  bool enabled_ = env_config().shares;
 };
 
 Shares& shares() {  // used under pool_mu

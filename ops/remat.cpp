@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "ops/env.h"
 
 namespace gg {
 namespace {
@@ -171,7 +170,6 @@ struct Planner {
 
 }  // namespace
 
-bool remat_by_default() { return env_switch_on("GG_REMAT"); }
 
 Rematerialized rematerialize(const Graph& g, const std::vector<NodeId>& roots, const RematOptions& options) {
   for (NodeId r : roots)

@@ -54,7 +54,4 @@ struct Rematerialized {
 // a node of g.
 Rematerialized rematerialize(const Graph& g, const std::vector<NodeId>& roots, const RematOptions& options = {});
 
-// The pass's switch for executors: false when the environment has GG_REMAT=0.
-bool remat_by_default();
-
 }  // namespace gg

@@ -14,7 +14,6 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "ops/env.h"
 #include "ops/op_rule.h"
 
 namespace gg {
@@ -96,7 +95,6 @@ NodeId same_value_as(const Graph& t, const Node& n, NodeId x) {
   return t.node(x).shape == n.shape && t.node(x).dtype == n.dtype ? x : NodeId(-1);
 }
 
-bool simplify_by_default() { return env_switch_on("GG_SIMPLIFY"); }
 
 Simplified simplify(const Graph& g, const std::vector<NodeId>& roots, const SimplifyOptions& options) {
   for (NodeId r : roots)

@@ -40,7 +40,4 @@ struct SimplifyOptions {
 // Requires: every root is a node of g (throws GraphError otherwise).
 Simplified simplify(const Graph& g, const std::vector<NodeId>& roots, const SimplifyOptions& options = {});
 
-// The pass's switch for executors: false when the environment has GG_SIMPLIFY=0.
-bool simplify_by_default();
-
 }  // namespace gg

@@ -147,17 +147,20 @@ TEST_CASE("anomaly mode names a fused group's stored member before its root") {
   CHECK(has(msg, "(the stored member of a fused group of 2 ops: log, mul;"));
 }
 
-TEST_CASE("GG_DETECT_ANOMALY=1 turns anomaly mode on for executors built afterwards") {
+TEST_CASE("GG_DETECT_ANOMALY=1 turns anomaly mode on: the environment's config, and the option it sets") {
   Graph g;
   ParamStore ps;
   NodeId c = op::scalar(g, 1.f);
   NodeId y = op::neg(g, c);
   ::setenv("GG_DETECT_ANOMALY", "1", 1);
-  Executor on(g, {y}, ps);
+  const bool env_on = read_env_config().detect_anomaly;
   ::setenv("GG_DETECT_ANOMALY", "0", 1);
-  Executor off(g, {y}, ps);
+  const bool env_off = read_env_config().detect_anomaly;
   ::unsetenv("GG_DETECT_ANOMALY");
-  Executor unset(g, {y}, ps);
+  const bool env_unset = read_env_config().detect_anomaly;
+  Executor on(g, {y}, ps, 0, {.detect_anomaly = env_on});
+  Executor off(g, {y}, ps, 0, {.detect_anomaly = env_off});
+  Executor unset(g, {y}, ps, 0, {.detect_anomaly = env_unset});
   CHECK(on.detect_anomaly());
   CHECK_FALSE(off.detect_anomaly());
   CHECK_FALSE(unset.detect_anomaly());

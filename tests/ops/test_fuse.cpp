@@ -295,16 +295,18 @@ TEST_CASE("fuse: a member read after its group's root is stored too; one read be
   CHECK(fh.group_of[std::size_t(hp)] >= 0);
 }
 
-TEST_CASE("fuse: GG_FUSE=0 turns the pass off for executors built afterwards") {
+TEST_CASE("fuse: GG_FUSE=0 turns the pass off: the environment's config, and the option it sets") {
   Graph g;
   NodeId x = op::input(g, "x", {64});
   NodeId out = op::exp(g, op::neg(g, x));
   ParamStore ps;
-  CHECK(!Executor(g, {out}, ps).fusion().groups.empty());
+  CHECK(!Executor(g, {out}, ps, 0, {.fuse = true}).fusion().groups.empty());
   setenv("GG_FUSE", "0", 1);
-  CHECK(Executor(g, {out}, ps).fusion().groups.empty());
+  const EnvConfig env = read_env_config();
   unsetenv("GG_FUSE");
-  CHECK(Executor(g, {out}, ps, 0, {.fuse = false}).fusion().groups.empty());
+  CHECK(!env.fuse);
+  CHECK(read_env_config().fuse);
+  CHECK(Executor(g, {out}, ps, 0, {.fuse = env.fuse}).fusion().groups.empty());
 }
 
 TEST_CASE("fuse: a lone row division is a group of one where a compiled program runs it; other lone ops are not") {

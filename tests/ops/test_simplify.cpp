@@ -200,8 +200,9 @@ TEST_CASE("executor: the pass is on by default, off with the option or GG_SIMPLI
   CHECK(off.order().size() == 4);
   CHECK(on.planned_graph().size() == 3);
   ::setenv("GG_SIMPLIFY", "0", 1);
-  Executor env_off(g, {out}, ps);
+  const EnvConfig env = read_env_config();  // what ExecutorOptions' defaults are read from
   ::unsetenv("GG_SIMPLIFY");
+  Executor env_off(g, {out}, ps, 0, {.simplify = env.simplify});
   CHECK(env_off.order().size() == 4);
   for (Executor* ex : {&on, &off, &env_off}) {
     ex->set_input("x", std::vector<float>{0, 1});
