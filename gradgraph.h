@@ -8,6 +8,7 @@
 
 // ops: the IR, shapes, builders, tensors and the executor
 #include "ops/build.h"
+#include "ops/config.h"
 #include "ops/eval_f64.h"
 #include "ops/executor.h"
 #include "ops/fuse.h"
