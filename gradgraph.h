@@ -9,6 +9,7 @@
 
 // ops: the IR, shapes, builders, tensors, the executor and thread control
 #include "ops/build.h"
+#include "ops/config.h"
 #include "ops/eval_f64.h"
 #include "ops/executor.h"
 #include "ops/fuse.h"

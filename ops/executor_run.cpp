@@ -235,10 +235,8 @@ char* chain_scratch(std::size_t bytes) {
 // tensors made long before (a backward chain reads q, k, v, dO and the softmax's stored
 // exponentials from the forward pass), which the hardware prefetchers cannot see coming at
 // the jump from one slice to the next. Values the same for every slice, and those made
-// inside the chain, are left alone. Measured on a Zen 5 (GG_NUM_THREADS=1, step profile):
-// the small model's backward chains 1.55-1.62 -> 1.32-1.39 ms a step, the forward ones and
-// the medium model's (whose slices are 16 times larger) unchanged within the noise; asking
-// for the lines a group will store as well measured nothing.
+// inside the chain, are left alone, and so are the lines a group will store (asking for
+// them gained nothing).
 void Executor::prefetch_slice(const SliceChain& c, std::size_t t, std::int64_t slice, std::vector<std::int64_t>& idx) const {
   const Step& st = steps_[t];
   const SliceStep& ss = c.steps[t - c.first];

@@ -15,16 +15,10 @@ std::size_t Executor::epilogue_groups() const {
 }
 
 // Which groups run as an epilogue: those with a transcendental member (erf, exp, tanh,
-// log), whose cost is computing rather than moving values. On the small GPT that is the
-// GELU after the MLP's first layer (whose separate pass ran only 1.3-1.6x faster on 2
-// threads than on 1): the step 0.2-2.6% faster on 2 threads on a Zen 5, the same on 1
-// (same-process A/B of the two plans). The layer norms after the projections measured no
-// faster (0.3-0.7% slower on 1 thread), the q/k/v bias adds as epilogues of one member
-// 0.1-1.5% slower: their product's result, (768, 128), stays in cache between the steps
-// anyway. The GELU's gradient is not the next step after its product (the weight gradient
-// x^T @ dy runs between, reading the same dy): moved next to it, the step measured 0.5-0.7%
-// slower; run as its epilogue with the weight gradient still between, 0.6-1.2% slower. The
-// medium GPT's step measured the same either way.
+// log), whose cost is computing rather than moving values (the GELU after the MLP's first
+// layer). Groups that only move values (layer norms, bias adds) gain nothing: the product's
+// result stays in cache between the steps anyway. The measurements behind this choice are in
+// docs/speed-history.md.
 bool epilogue_worth(const FusedGroup& grp) {
   return std::any_of(grp.program.begin(), grp.program.end(), [](const FusedInstr& f) { return transcendental(f.op); });
 }
