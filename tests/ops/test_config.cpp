@@ -109,3 +109,13 @@ TEST_CASE("config: values are read as the table says") {
     for (const auto& [other, m] : passes) CHECK(c.*m == (m == member ? false : read_env_config().*m));
   }
 }
+
+TEST_CASE("config: docs/development.md shows the table as the code has it") {
+  const std::string doc = read_text(fs::path(GG_SOURCE_DIR) / "docs" / "development.md");
+  const std::string begin = "<!-- env-switches: generated from env_switches_markdown() -->\n", end = "<!-- env-switches end -->";
+  const std::size_t b = doc.find(begin), e = doc.find(end);
+  REQUIRE_MESSAGE(b != std::string::npos, "docs/development.md lacks the marker " << begin);
+  REQUIRE(e != std::string::npos);
+  INFO("the table docs/development.md should show:\n" << env_switches_markdown());
+  CHECK(doc.substr(b + begin.size(), e - b - begin.size()) == env_switches_markdown());
+}
