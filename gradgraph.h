@@ -1,27 +1,27 @@
 // The umbrella header: the whole public API in one include, `#include <gradgraph/gradgraph.h>`.
 // Installed as P/include/gradgraph/gradgraph.h next to the layer directories; in a build tree
 // <gradgraph/...> resolves through build/include/gradgraph, a link to the source directory.
-// Every public header includes its neighbours relative to itself ("../ops/graph.h"), so only
-// P/include is needed on the path. Kernel internals (ops/simd.h, kernel_util.h, gemm.h,
+// Every public header includes its neighbours relative to itself ("../ops/ir/graph.h"), so only
+// P/include is needed on the path. Kernel internals (ops/cpu/simd.h, kernel_util.h, gemm.h,
 // parallel.h; GG_PRIVATE_HEADERS in CMakeLists.txt) are private: not installed, never
 // included from here.
 #pragma once
 
 // ops: the IR, shapes, builders, tensors, the executor and thread control
-#include "ops/build.h"
-#include "ops/config.h"
-#include "ops/eval_f64.h"
-#include "ops/executor.h"
-#include "ops/fuse.h"
-#include "ops/graph.h"
-#include "ops/op_rule.h"
-#include "ops/peak.h"
-#include "ops/shape.h"
-#include "ops/remat.h"
-#include "ops/simplify.h"
-#include "ops/tangent.h"
-#include "ops/tensor.h"
-#include "ops/threads.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/config.h"
+#include "ops/ir/eval_f64.h"
+#include "ops/runtime/executor.h"
+#include "ops/passes/fuse.h"
+#include "ops/ir/graph.h"
+#include "ops/ir/op_rule.h"
+#include "ops/cpu/peak.h"
+#include "ops/ir/shape.h"
+#include "ops/passes/remat.h"
+#include "ops/passes/simplify.h"
+#include "ops/ir/tangent.h"
+#include "ops/ir/tensor.h"
+#include "ops/cpu/threads.h"
 
 // autodiff: grad(), gradcheck(), hvp(), gradient statistics
 #include "autodiff/grad.h"

@@ -10,7 +10,7 @@
 
 #include <algorithm>
 
-#include "ops/op_rule.h"
+#include "ops/ir/op_rule.h"
 
 namespace gg {
 namespace {

@@ -7,8 +7,8 @@
 #include <source_location>
 #include <vector>
 
-#include "../ops/build.h"
-#include "../ops/graph.h"
+#include "../ops/ir/build.h"
+#include "../ops/ir/graph.h"
 
 namespace gg {
 

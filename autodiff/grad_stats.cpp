@@ -1,5 +1,5 @@
 // grad_stats: one pass over each gradient. structurally_zero_grads: for each parameter,
-// the structure of its tangent is carried forward node by node (ops/tangent.h) to the loss,
+// the structure of its tangent is carried forward node by node (ops/ir/tangent.h) to the loss,
 // noting where a path was blocked (an op with no gradient), stopped (stop_gradient) or
 // cancelled (a shift removed).
 #include "autodiff/grad_stats.h"
@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/op_rule.h"
-#include "ops/tangent.h"
+#include "ops/ir/op_rule.h"
+#include "ops/ir/tangent.h"
 
 namespace gg {
 

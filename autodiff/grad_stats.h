@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "../ops/graph.h"
+#include "../ops/ir/graph.h"
 #include "param_grad.h"
 
 namespace gg {
@@ -46,7 +46,7 @@ struct ZeroGrad {
 //  - every path is cancelled by a shift invariance: the parameter adds the same amount
 //    to every entry of a row that is then normalized by x - max(x) over that row (the
 //    start of softmax and log_softmax), as the attention key bias does: q . b_k is the
-//    same for every key, so the softmax over keys removes it (ops/tangent.h states the rule).
+//    same for every key, so the softmax over keys removes it (ops/ir/tangent.h states the rule).
 // Requires params to be param nodes of g (throws GraphError otherwise) and loss a node of g.
 std::vector<ZeroGrad> structurally_zero_grads(const Graph& g, NodeId loss, const std::vector<NodeId>& params);
 

@@ -8,7 +8,7 @@
 #include <cmath>
 
 #include "autodiff/grad.h"
-#include "ops/eval_f64.h"
+#include "ops/ir/eval_f64.h"
 
 namespace gg {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "../ops/executor.h"
-#include "../ops/graph.h"
-#include "../ops/tensor.h"
+#include "../ops/runtime/executor.h"
+#include "../ops/ir/graph.h"
+#include "../ops/ir/tensor.h"
 
 namespace gg {
 
@@ -58,7 +58,7 @@ struct ParamCheck {
 // Checks d(loss)/d(p) for each param node p in `params`: the analytic gradient is the
 // gradient graph grad() appends, run by the f32 executor (what training uses) and by
 // eval_f64 (worst_rel_f64); the
-// numeric one is a fourth-order central difference of the loss evaluated by eval_f64 (ops/eval_f64.h)
+// numeric one is a fourth-order central difference of the loss evaluated by eval_f64 (ops/ir/eval_f64.h)
 // with the coordinate perturbed in double. `store` is read, never written; `inputs` are
 // fed by name. Throws GraphError for a node that is not a parameter, a non-scalar loss
 // and a graph with random nodes (dropout in training mode: eval_f64 cannot reproduce it).

@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 
 #include "autodiff/grad.h"
-#include "ops/build.h"
+#include "ops/ir/build.h"
 
 namespace gg {
 

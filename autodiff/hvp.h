@@ -6,7 +6,7 @@
 #include <source_location>
 #include <vector>
 
-#include "../ops/graph.h"
+#include "../ops/ir/graph.h"
 
 namespace gg {
 

@@ -5,7 +5,7 @@
 #include <span>
 #include <string>
 
-#include "../ops/tensor.h"
+#include "../ops/ir/tensor.h"
 
 namespace gg {
 

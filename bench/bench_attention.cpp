@@ -1,7 +1,7 @@
 // bench_attention: causal attention's six matrix products on one (batch, head) slice at a
-// time, as the executor's batch-slice chains run them (ops/masked.h's slice_matmul): the
+// time, as the executor's batch-slice chains run them (ops/passes/masked.h's slice_matmul): the
 // masked row blocks against the full products, on one thread, on Google Benchmark, with
-// GFLOPS done and the fraction of the one-core FMA peak (ops/peak.h) as counters.
+// GFLOPS done and the fraction of the one-core FMA peak (ops/cpu/peak.h) as counters.
 //
 // Usage: bench_attention [cold] [T hd H B] [--benchmark_...]
 //   Default: the small GPT's shapes (bench/gpt_small.json, batch 12: T 64 hd 32 H 4 B 12)
@@ -42,10 +42,10 @@
 #include <string_view>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/masked.h"
-#include "ops/parallel.h"
-#include "ops/peak.h"
+#include "ops/ir/build.h"
+#include "ops/passes/masked.h"
+#include "ops/cpu/parallel.h"
+#include "ops/cpu/peak.h"
 
 namespace {
 
@@ -225,7 +225,7 @@ int main(int argc, char** argv) {
   const gg::FmaPeak peak = gg::measure_fma_peak();
   benchmark::AddCustomContext("vector_isa", gg::cpu_vector_isa());
   benchmark::AddCustomContext("fma_peak_gflops",
-                              fmt::format("{:.1f} on 1 thread (ops/peak.h; peak_fraction's base)", peak.per_core_gflops));
+                              fmt::format("{:.1f} on 1 thread (ops/cpu/peak.h; peak_fraction's base)", peak.per_core_gflops));
   benchmark::AddCustomContext("weights_and_results",
                               cold ? "cold: P, dS and the (T, T) results a slice each"
                                    : "as in a chain: one slice-sized P, dS and (T, T) result buffer for all slices");

@@ -1,6 +1,6 @@
 // bench_gemm: gg::gemm against OpenBLAS cblas_sgemm on the project's shapes and on squares,
 // on Google Benchmark: GFLOPS and the fraction of the machine's FMA peak (measured first,
-// ops/peak.h) as counters, both libraries on the same thread count. Not a test: it checks
+// ops/cpu/peak.h) as counters, both libraries on the same thread count. Not a test: it checks
 // only that the two results agree (a mismatch is reported as the benchmark's error).
 //
 // Usage: [OPENBLAS_CORETYPE=SkylakeX|Haswell] bench_gemm [threads] [cold] [--benchmark_...]
@@ -33,9 +33,9 @@
 #include <string_view>
 #include <vector>
 
-#include "ops/gemm.h"
-#include "ops/parallel.h"
-#include "ops/peak.h"
+#include "ops/cpu/gemm.h"
+#include "ops/cpu/parallel.h"
+#include "ops/cpu/peak.h"
 
 #ifdef GG_HAVE_OPENBLAS
 #include <cblas.h>
@@ -188,7 +188,7 @@ int main(int argc, char** argv) {
   const double peak_gflops = threads == 1 ? peak.per_core_gflops : peak.reference_gflops();
   benchmark::AddCustomContext("gg_threads", std::to_string(threads));
   benchmark::AddCustomContext("vector_isa", gg::cpu_vector_isa());
-  benchmark::AddCustomContext("fma_peak_gflops", fmt::format("{:.1f} on {} thread{} (ops/peak.h; peak_fraction's base)",
+  benchmark::AddCustomContext("fma_peak_gflops", fmt::format("{:.1f} on {} thread{} (ops/cpu/peak.h; peak_fraction's base)",
                                                              peak_gflops, threads, threads == 1 ? "" : "s"));
   benchmark::AddCustomContext("fma_peak_gflops_per_core", fmt::format("{:.1f}", peak.per_core_gflops));
   benchmark::AddCustomContext(

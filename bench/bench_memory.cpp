@@ -1,6 +1,6 @@
 // bench_memory: how fast the machine's cores read memory, alone and together, and what
 // reading values another core wrote costs; run through gradgraph's own thread pool
-// (ops/parallel.h), so the threads sit on the CPUs a training step's do; on Google Benchmark.
+// (ops/cpu/parallel.h), so the threads sit on the CPUs a training step's do; on Google Benchmark.
 //
 // Usage: bench_memory [--benchmark_...]    (threads: GG_NUM_THREADS, default all)
 //   reads/<size>KB/alone: thread 0 sums its own buffer, the other threads idle;
@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/parallel.h"
+#include "ops/cpu/parallel.h"
 
 namespace {
 

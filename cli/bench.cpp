@@ -21,8 +21,8 @@
 
 #include "models/gpt.h"
 #include "models/gpt_flops.h"
-#include "ops/peak.h"
-#include "ops/threads.h"
+#include "ops/cpu/peak.h"
+#include "ops/cpu/threads.h"
 #include "train/optim.h"
 
 #ifndef GG_SOURCE_DIR
@@ -276,7 +276,7 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
 // ---- one plan against another, in one process ----------------------------------------------
 
 // The other side of an --ab / --without comparison: its planning options, the kinds of the
-// plan's work it leaves out (ops/executor.h's SkipWork, timing only), and whether it runs
+// plan's work it leaves out (ops/runtime/executor.h's SkipWork, timing only), and whether it runs
 // clipping and AdamW.
 struct AbSide {
   ExecutorOptions options;

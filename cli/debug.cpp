@@ -18,7 +18,7 @@
 #include "models/attention_maps.h"
 #include "models/char_lm.h"
 #include "models/gpt.h"
-#include "ops/eval_f64.h"
+#include "ops/ir/eval_f64.h"
 #include "train/checkpoint.h"
 
 namespace gg::cli {

@@ -127,7 +127,7 @@ Init uniform_init(float lo, float hi) { return {Init::uniform, lo, hi}; }
     return {a.g, op::fn(*a.g, a.id, b.id, loc)};    \
   }
 #define OP(name, arity, family) GG_DSL_##family(name)
-#include "../ops/op_list.def"
+#include "../ops/ir/op_list.def"
 #undef OP
 #undef GG_DSL_leaf
 #undef GG_DSL_other

@@ -11,8 +11,8 @@
 
 #include "../autodiff/grad.h"
 #include "../autodiff/hvp.h"
-#include "../ops/build.h"
-#include "../ops/graph.h"
+#include "../ops/ir/build.h"
+#include "../ops/ir/graph.h"
 
 namespace gg::dsl {
 
@@ -72,14 +72,14 @@ using Scope = NameScope;
 
 // Primitives.
 Expr matmul(Expr a, Expr b, bool trans_a = false, bool trans_b = false, Loc loc = Loc::current());
-// The unary and binary element-wise primitives of ops/op_list.def, one function each:
+// The unary and binary element-wise primitives of ops/ir/op_list.def, one function each:
 // exp(x), tanh(x), ..., maximum(a, b), add(a, b) (the operators above are the same ops).
 #define GG_DSL_leaf(name)
 #define GG_DSL_other(name)
 #define GG_DSL_unary(name) Expr name(Expr x, Loc loc = Loc::current());
 #define GG_DSL_binary(name) Expr name(Expr a, Expr b, Loc loc = Loc::current());
 #define OP(name, arity, family) GG_DSL_##family(name)
-#include "../ops/op_list.def"
+#include "../ops/ir/op_list.def"
 #undef OP
 #undef GG_DSL_leaf
 #undef GG_DSL_other

@@ -7,7 +7,7 @@
 #include <limits>
 #include <numbers>
 
-#include "ops/op_rule.h"
+#include "ops/ir/op_rule.h"
 
 namespace gg::dsl {
 

@@ -285,7 +285,7 @@ T<A...> operator-(const T<A...>& a) {
 }
 
 // Unary element-wise ops and the shape-preserving composites: x: (D...) -> (D...).
-// The unary primitives of ops/op_list.def, one each: exp(x), tanh(x), ...
+// The unary primitives of ops/ir/op_list.def, one each: exp(x), tanh(x), ...
 #define GG_TYPED_leaf(name)
 #define GG_TYPED_other(name)
 #define GG_TYPED_binary(name)
@@ -295,7 +295,7 @@ T<A...> operator-(const T<A...>& a) {
     return T<D...>(dsl::name(x, loc), loc);                      \
   }
 #define OP(name, arity, family) GG_TYPED_##family(name)
-#include "../ops/op_list.def"
+#include "../ops/ir/op_list.def"
 #undef OP
 #undef GG_TYPED_leaf
 #undef GG_TYPED_other

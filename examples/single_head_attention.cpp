@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "dsl/nn.h"
-#include "ops/executor.h"
+#include "ops/runtime/executor.h"
 
 using namespace gg;
 using namespace gg::dsl;

@@ -18,7 +18,7 @@
 #include "io/error.h"
 #include "models/char_lm.h"
 #include "models/gpt.h"
-#include "ops/graph.h"
+#include "ops/ir/graph.h"
 #include "train/checkpoint.h"
 #include "train/error.h"
 #include "train/model.h"

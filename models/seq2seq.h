@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "../dsl/transformer.h"
-#include "../ops/executor.h"
+#include "../ops/runtime/executor.h"
 #include "../train/model.h"
 #include "../train/options.h"
 #include "../train/trainer.h"

@@ -1,7 +1,7 @@
 // The sample graphs of every primitive, one small graph per op kind (a table keyed by kind),
 // shared by the gradient checker's test (tests/autodiff/test_gradcheck.cpp) and the f64
 // reference interpreter's test (tests/ops/test_eval_f64.cpp). A primitive of
-// ops/op_list.def without an entry fails the coverage test by name.
+// ops/ir/op_list.def without an entry fails the coverage test by name.
 // Losses are sum(out * fixed random weights), so no gradient is trivially uniform.
 #pragma once
 
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/graph.h"
-#include "ops/tensor.h"
+#include "ops/ir/build.h"
+#include "ops/ir/graph.h"
+#include "ops/ir/tensor.h"
 
 namespace gg::sample {
 

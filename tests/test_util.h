@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -83,6 +84,18 @@ auto capture(F&& f, std::string* text) {
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, file.get())) > 0;) all.append(buf, n);
   if (text) *text = all;
   return result;
+}
+
+// Distance of `got` from the correctly rounded float of `want`, in units in the last
+// place (0: exact). Results in the subnormal range count as exact (flushing is fine).
+inline double ulps(float got, double want) {
+  const float w = float(want);
+  if (std::isnan(got) != std::isnan(w)) return 1e30;
+  if (std::isinf(w) || std::isinf(got)) return got == w ? 0.0 : 1e30;
+  const float tiny = std::numeric_limits<float>::min();
+  if (std::abs(w) < tiny && std::abs(got) < tiny) return 0.0;
+  const float spacing = std::nextafter(std::abs(w), std::numeric_limits<float>::infinity()) - std::abs(w);
+  return std::abs(double(got) - double(w)) / double(spacing);
 }
 
 }  // namespace gg::test

@@ -16,7 +16,7 @@ start=$SECONDS
 march=-march=native
 [ "${GG_ASAN_PORTABLE:-0}" = 1 ] && march=
 # -g1 rather than RelWithDebInfo's -g: the same code, 15-25% less compile time under the
-# sanitizers (ops/executor.cpp 35.3 -> 30.0 s, tests/ops/test_fuse.cpp 18.2 -> 13.4 s on a
+# sanitizers (ops/runtime/executor.cpp 35.3 -> 30.0 s, tests/ops/test_fuse.cpp 18.2 -> 13.4 s on a
 # Zen 4), and -g1's line tables are all a report's stack trace needs. -O1 rather than -O2:
 # the build takes 315 s instead of 488 s on a Zen 5, the tests 141 s instead of 152. It once
 # failed the tests of bit-identical paths (masked against plain attention products, the

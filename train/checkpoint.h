@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../io/safetensors.h"
-#include "../ops/tensor.h"
+#include "../ops/ir/tensor.h"
 #include "error.h"
 #include "plot.h"
 

@@ -23,8 +23,8 @@
 
 #include "../autodiff/grad_stats.h"
 #include "../dsl/expr.h"
-#include "../ops/executor.h"
-#include "../ops/tensor.h"
+#include "../ops/runtime/executor.h"
+#include "../ops/ir/tensor.h"
 #include "error.h"
 #include "optim.h"
 
@@ -105,14 +105,14 @@ class Model {
   Executor& last_train_plan();
   // The plan for a batch's shapes (built and cached if new), without running it.
   Executor& plan_for(const Batch& b, bool training);
-  // The planning options of the plans used from now on (ops/executor.h; by default the
+  // The planning options of the plans used from now on (ops/runtime/executor.h; by default the
   // environment's switches). A plan is cached per batch shapes and options, so a tool can
   // alternate two plans of one model over the same parameters (gradgraph bench --ab).
   void set_plan_options(const ExecutorOptions& o);
   const ExecutorOptions& plan_options() const { return plan_options_; }
 
   // Anomaly mode for every plan, built or to be built: the first node whose output holds a
-  // NaN (or makes an Inf) stops the run with a GraphError naming it (ops/executor.h).
+  // NaN (or makes an Inf) stops the run with a GraphError naming it (ops/runtime/executor.h).
   void set_detect_anomaly(bool on);
   // The parameters whose gradient is zero by construction in the training plan of `b`, with
   // the reason (autodiff/grad_stats.h), each once.

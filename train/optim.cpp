@@ -10,7 +10,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "ops/threads.h"
+#include "ops/cpu/threads.h"
 
 namespace gg {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "../autodiff/param_grad.h"
-#include "../ops/tensor.h"
+#include "../ops/ir/tensor.h"
 
 namespace gg {
 

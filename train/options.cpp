@@ -10,7 +10,7 @@
 
 #include "io/json_object.h"
 #include "io/read_file.h"
-#include "ops/graph.h"
+#include "ops/ir/graph.h"
 
 namespace gg::train {
 
@@ -244,7 +244,7 @@ std::string flag_name(const std::string& option_name) {
 }
 
 std::string closest(const std::string& name, const std::vector<std::string>& known) {
-  const std::vector<std::string> near = closest_names(name, known);  // ops/graph.h
+  const std::vector<std::string> near = closest_names(name, known);  // ops/ir/graph.h
   return near.empty() ? std::string() : near.front();
 }
 

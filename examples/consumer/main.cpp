@@ -12,7 +12,7 @@ using namespace gg;
 using namespace gg::dsl;
 
 int main() {
-  set_num_threads(2);  // thread control is public API (ops/threads.h)
+  set_num_threads(2);  // thread control is public API (ops/cpu/threads.h)
   Graph g;
   Expr x = input(g, "x", {2, 3});                      // x: (2, 3)
   Expr y = input(g, "y", {2, 1});                      // y: (2, 1)

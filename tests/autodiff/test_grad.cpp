@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "autodiff/grad.h"
-#include "ops/build.h"
-#include "ops/executor.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
 
 namespace {
 

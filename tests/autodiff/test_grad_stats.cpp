@@ -7,8 +7,8 @@
 
 #include "autodiff/grad.h"
 #include "autodiff/grad_stats.h"
-#include "ops/build.h"
-#include "ops/executor.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
 
 using namespace gg;
 

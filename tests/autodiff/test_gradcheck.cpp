@@ -1,6 +1,6 @@
 // Tests for autodiff/gradcheck.cpp and, through it, every primitive's gradient rule:
 // a table keyed by op kind holds one small sample graph per primitive (design habit 8).
-// A primitive of ops/op_list.def without an entry fails the coverage test by name.
+// A primitive of ops/ir/op_list.def without an entry fails the coverage test by name.
 // Losses are sum(out * fixed random weights), so no gradient is trivially uniform.
 #include <doctest/doctest.h>
 
@@ -13,9 +13,9 @@
 
 #include "autodiff/grad.h"
 #include "autodiff/gradcheck.h"
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/op_rule.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/ir/op_rule.h"
 #include "tests/sample_graphs.h"
 
 using namespace gg;

@@ -1,14 +1,14 @@
 // Tests for autodiff/hvp.cpp: Hessian-vector products against an exact Hessian and
-// against central differences of the gradient evaluated in double (ops/eval_f64.h).
+// against central differences of the gradient evaluated in double (ops/ir/eval_f64.h).
 #include <doctest/doctest.h>
 
 #include <cmath>
 
 #include "autodiff/grad.h"
 #include "autodiff/hvp.h"
-#include "ops/build.h"
-#include "ops/eval_f64.h"
-#include "ops/executor.h"
+#include "ops/ir/build.h"
+#include "ops/ir/eval_f64.h"
+#include "ops/runtime/executor.h"
 #include "tests/sample_graphs.h"
 
 using namespace gg;

@@ -1,4 +1,4 @@
-// Gradient graphs through the simplification pass (ops/simplify.h): the forward values the
+// Gradient graphs through the simplification pass (ops/passes/simplify.h): the forward values the
 // gradient rules reuse stay shared (one exp for exp and its gradient), an expression
 // written twice gives the same simplified gradient as the shared one, and gradient nodes
 // are named after the parameter or named node they flow into, with the composite's line.
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "autodiff/grad.h"
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/simplify.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/passes/simplify.h"
 
 using namespace gg;
 

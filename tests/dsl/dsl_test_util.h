@@ -12,7 +12,7 @@
 
 #include "autodiff/gradcheck.h"
 #include "dsl/expr.h"
-#include "ops/executor.h"
+#include "ops/runtime/executor.h"
 
 namespace gg::test {
 

@@ -9,7 +9,7 @@
 
 #include "dsl/nn.h"
 #include "io/safetensors.h"
-#include "ops/executor.h"
+#include "ops/runtime/executor.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Masked products (ops/masked.h, ExecutorOptions::masked): attention's products under a
+// Masked products (ops/passes/masked.h, ExecutorOptions::masked): attention's products under a
 // constant mask skip what the mask makes irrelevant, and every value is the one the full
 // products give, bit for bit, wherever it is finite.
 #include <doctest/doctest.h>
@@ -11,8 +11,8 @@
 
 #include "autodiff/grad.h"
 #include "dsl/nn.h"
-#include "ops/fuse_compiled.h"
-#include "ops/parallel.h"
+#include "ops/passes/fuse_compiled.h"
+#include "ops/cpu/parallel.h"
 #include "tests/dsl/dsl_test_util.h"
 
 using namespace gg;

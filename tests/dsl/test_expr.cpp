@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dsl/expr.h"
-#include "ops/executor.h"
+#include "ops/runtime/executor.h"
 
 using namespace gg;
 using namespace gg::dsl;

@@ -16,7 +16,7 @@
 
 #include "autodiff/gradcheck.h"
 #include "dsl/nn.h"
-#include "ops/executor.h"
+#include "ops/runtime/executor.h"
 
 namespace {
 

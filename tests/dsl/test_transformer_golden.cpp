@@ -12,7 +12,7 @@
 
 #include "dsl/transformer.h"
 #include "io/safetensors.h"
-#include "ops/executor.h"
+#include "ops/runtime/executor.h"
 #include "tests/test_util.h"
 
 namespace {

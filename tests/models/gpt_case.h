@@ -13,7 +13,7 @@
 
 #include "autodiff/grad.h"
 #include "models/gpt.h"
-#include "ops/executor.h"
+#include "ops/runtime/executor.h"
 
 namespace gg::test {
 

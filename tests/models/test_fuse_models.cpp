@@ -1,4 +1,4 @@
-// The fusion pass (ops/fuse.h) changes no result: the reference GPT on the golden configs
+// The fusion pass (ops/passes/fuse.h) changes no result: the reference GPT on the golden configs
 // gives the same loss, logits and every parameter's gradient with fusion on and off, bit
 // for bit (each fused member runs its op's own element function or row reduction on the
 // same SIMD/scalar split, with no reassociation), at 1 and 2 threads, storing fewer values;
@@ -14,7 +14,7 @@
 #include "autodiff/grad.h"
 #include "dsl/nn.h"
 #include "models/gpt.h"
-#include "ops/parallel.h"
+#include "ops/cpu/parallel.h"
 #include "tests/models/gpt_case.h"
 #include "tests/test_util.h"
 

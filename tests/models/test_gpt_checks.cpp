@@ -12,7 +12,7 @@
 #include "autodiff/gradcheck.h"
 #include "autodiff/hvp.h"
 #include "models/gpt.h"
-#include "ops/eval_f64.h"
+#include "ops/ir/eval_f64.h"
 #include "tests/test_util.h"
 #include "train/checkpoint.h"
 

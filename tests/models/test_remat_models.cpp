@@ -1,4 +1,4 @@
-// The rematerialization pass (ops/remat.h) changes no result: the reference GPT on the
+// The rematerialization pass (ops/passes/remat.h) changes no result: the reference GPT on the
 // golden configs gives the same loss, logits and every parameter's gradient, bit for bit,
 // from the rematerialized graph as from the original (with a threshold low enough that the
 // small golden shapes get copies), with dropout on and off, at 1 and 2 threads, in less
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/executor.h"
-#include "ops/parallel.h"
-#include "ops/remat.h"
+#include "ops/runtime/executor.h"
+#include "ops/cpu/parallel.h"
+#include "ops/passes/remat.h"
 #include "tests/models/gpt_case.h"
 
 using namespace gg;

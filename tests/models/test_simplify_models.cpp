@@ -1,4 +1,4 @@
-// The simplification pass (ops/simplify.h) changes no result: the reference GPT and a few
+// The simplification pass (ops/passes/simplify.h) changes no result: the reference GPT and a few
 // composites give the same loss, outputs and every parameter's gradient with the pass on
 // and off, bit for bit (the pass folds constants with the kernels the executor would run
 // and never reassociates), and the pass leaves no common subexpression behind.
@@ -10,7 +10,7 @@
 
 #include "autodiff/grad.h"
 #include "models/gpt.h"
-#include "ops/simplify.h"
+#include "ops/passes/simplify.h"
 #include "tests/models/gpt_case.h"
 
 using namespace gg;

@@ -10,7 +10,7 @@
 
 #include "autodiff/grad.h"
 #include "models/gpt.h"
-#include "ops/parallel.h"
+#include "ops/cpu/parallel.h"
 #include "tests/models/gpt_case.h"
 
 using namespace gg;

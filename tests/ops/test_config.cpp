@@ -1,4 +1,4 @@
-// Tests for the configuration from the environment (ops/config.h): the table of GG_*
+// Tests for the configuration from the environment (ops/runtime/config.h): the table of GG_*
 // variables is complete (every one the sources read or name is in it), the environment is
 // read in one place only, and values are read as the table says.
 #include <doctest/doctest.h>
@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "ops/config.h"
+#include "ops/runtime/config.h"
 
 using namespace gg;
 namespace fs = std::filesystem;
@@ -56,9 +56,9 @@ TEST_CASE("config: the table has one row per variable, each with a default and a
   for (const EnvSwitch& e : env_switches()) CHECK(md.find("`" + e.name + "`") != std::string::npos);
 }
 
-TEST_CASE("config: every GG_* variable the library names is in the table, and only ops/config.cpp reads the environment") {
+TEST_CASE("config: every GG_* variable the library names is in the table, and only ops/runtime/config.cpp reads the environment") {
   const std::set<std::string> names = table_names();
-  REQUIRE(fs::exists(fs::path(GG_SOURCE_DIR) / "ops" / "config.cpp"));
+  REQUIRE(fs::exists(fs::path(GG_SOURCE_DIR) / "ops" / "runtime" / "config.cpp"));
   // A variable appears as a string ("GG_FUSE") or as a setting in a comment (GG_FUSE=0).
   const std::regex named("\"(GG_[A-Z0-9_]+)\"|\\b(GG_[A-Z0-9_]+)=");
   std::size_t files = 0;
@@ -71,7 +71,7 @@ TEST_CASE("config: every GG_* variable the library names is in the table, and on
       CHECK(names.count(name) == 1);
     }
     const std::string rel = fs::relative(p, GG_SOURCE_DIR).generic_string();
-    if (rel != "ops/config.cpp" && rel != "train/data_path.cpp") {  // GRADGRAPH_DATA_DIR: where data lives
+    if (rel != "ops/runtime/config.cpp" && rel != "train/data_path.cpp") {  // GRADGRAPH_DATA_DIR: where data lives
       INFO(rel << " reads the environment");
       CHECK(text.find("getenv(") == std::string::npos);
     }

@@ -1,4 +1,4 @@
-// Tests for ops/elementwise.cpp: the forward kernels of add, sub, mul, div, maximum, neg,
+// Tests for ops/primitives/elementwise.cpp: the forward kernels of add, sub, mul, div, maximum, neg,
 // exp, log, sqrt, tanh, erf, compare and where, run through the Executor and compared
 // with plain double-precision references, on awkward sizes (SIMD body and scalar tail)
 // and numpy broadcasting patterns; and the same results with 1 and 2 threads (simd.h is
@@ -13,12 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/parallel.h"
-#include "ops/simd.h"
+#include "ops/ir/build.h"
+#include "tests/test_util.h"
+#include "ops/runtime/executor.h"
+#include "ops/cpu/parallel.h"
+#include "ops/cpu/simd.h"
 
 using namespace gg;
+using gg::test::ulps;
 
 namespace {
 
@@ -61,18 +63,6 @@ Tensor eval(const Graph& g, NodeId out, const std::vector<Feed>& feeds) {
   for (const Feed& f : feeds) ex.set_input(f.name, f.t);
   ex.run();
   return ex.get(out);
-}
-
-// Distance of `got` from the correctly rounded float of `want`, in units in the last
-// place (0: exact). Results in the subnormal range count as exact (flushing is fine).
-double ulps(float got, double want) {
-  const float w = float(want);
-  if (std::isnan(got) != std::isnan(w)) return 1e30;
-  if (std::isinf(w) || std::isinf(got)) return got == w ? 0.0 : 1e30;
-  const float tiny = std::numeric_limits<float>::min();
-  if (std::abs(w) < tiny && std::abs(got) < tiny) return 0.0;
-  const float spacing = std::nextafter(std::abs(w), kInf) - std::abs(w);
-  return std::abs(double(got) - double(w)) / double(spacing);
 }
 
 using BinaryBuild = NodeId (*)(Graph&, NodeId, NodeId);

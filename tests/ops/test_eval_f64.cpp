@@ -1,13 +1,13 @@
-// Tests for ops/eval_f64.cpp: the double-precision reference interpreter agrees with the
+// Tests for ops/ir/eval_f64.cpp: the double-precision reference interpreter agrees with the
 // f32 executor on every node of every primitive's sample graph (the gradient checker's
 // table, tests/sample_graphs.h), and refuses what it cannot reproduce.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "ops/build.h"
-#include "ops/eval_f64.h"
-#include "ops/executor.h"
+#include "ops/ir/build.h"
+#include "ops/ir/eval_f64.h"
+#include "ops/runtime/executor.h"
 #include "tests/sample_graphs.h"
 
 using namespace gg;

@@ -1,4 +1,4 @@
-// Tests for ops/executor.cpp and the ParamStore (ops/tensor.cpp): inputs fed by name with
+// Tests for ops/runtime/executor.cpp and the ParamStore (ops/ir/tensor.cpp): inputs fed by name with
 // errors that name the input, parameters that persist across runs and are shared between
 // executors, an arena sized before the first run and smaller than the unshared total,
 // plans holding only what the outputs need, the random op and i32 constants.
@@ -14,8 +14,8 @@
 
 #include <fmt/format.h>
 
-#include "ops/build.h"
-#include "ops/executor.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
 
 using namespace gg;
 

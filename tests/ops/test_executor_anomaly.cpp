@@ -1,4 +1,4 @@
-// Tests for the executor's anomaly mode (ops/executor.h, set_detect_anomaly): the first
+// Tests for the executor's anomaly mode (ops/runtime/executor.h, set_detect_anomaly): the first
 // node, forward or backward, that makes a NaN or an Inf is named with its inputs' ranges.
 #include <doctest/doctest.h>
 
@@ -7,9 +7,9 @@
 #include <limits>
 #include <string>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/op_rule.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/ir/op_rule.h"
 
 using namespace gg;
 

@@ -1,4 +1,4 @@
-// Tests for ops/fuse.cpp: which nodes the element-wise fusion pass groups (chains of one
+// Tests for ops/passes/fuse.cpp: which nodes the element-wise fusion pass groups (chains of one
 // shape with one-element operands; never a value read twice, an output, a checked node, or
 // another shape), and the executor's switch: with fusion on, every output equals the
 // unfused plan's bit for bit (each member runs its op's own element function on the same
@@ -11,11 +11,11 @@
 #include <random>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/fuse.h"
-#include "ops/fuse_compiled.h"
-#include "ops/parallel.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/passes/fuse.h"
+#include "ops/passes/fuse_compiled.h"
+#include "ops/cpu/parallel.h"
 #include "tests/test_util.h"
 
 using namespace gg;

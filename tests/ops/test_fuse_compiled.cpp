@@ -1,5 +1,5 @@
-// Every program of ops/fused_programs.inc, compiled, gives the interpreter's values bit for
-// bit (ops/fuse_compiled.h): on row groups of one and several rows, flat groups whose size
+// Every program of ops/passes/fused_programs.inc, compiled, gives the interpreter's values bit for
+// bit (ops/passes/fuse_compiled.h): on row groups of one and several rows, flat groups whose size
 // is and is not a whole number of registers (the tail goes to the interpreter), parts of
 // the extent as a batch slice runs them, inputs with zeros of both signs, infinities, NaN
 // and values where erf, exp and tanh saturate, at 1 and 2 threads. Outside the range run,
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/fuse_compiled.h"
-#include "ops/parallel.h"
-#include "ops/simd.h"
+#include "ops/passes/fuse_compiled.h"
+#include "ops/cpu/parallel.h"
+#include "ops/cpu/simd.h"
 
 using namespace gg;
 

@@ -1,4 +1,4 @@
-// Tests for ops/gemm.cpp: the packed GEMM against the plain triple loop (gemm_reference)
+// Tests for ops/cpu/gemm.cpp: the packed GEMM against the plain triple loop (gemm_reference)
 // over all transpose combinations, awkward sizes, padded leading dimensions, alpha/beta
 // (including beta = 0 over a NaN-filled C) and 1 or 2 threads. No timing here.
 #include <doctest/doctest.h>
@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "ops/gemm.h"
-#include "ops/parallel.h"
+#include "ops/cpu/gemm.h"
+#include "ops/cpu/parallel.h"
 
 namespace {
 
@@ -251,7 +251,7 @@ TEST_CASE("a weight gradient's sum in two halves: the shape's split, the same bi
   // x^T @ dy over 512 rows or more is summed in two halves of the rows (gemm_depth_split),
   // whichever threads run them: C = (beta C + alpha * first half) + alpha * second half, each
   // half in passes of gemm_depth_block from its own start. Built by hand from calls of one
-  // pass each (as ops/masked.cpp does), that must give the same bits; and every thread count
+  // pass each (as ops/passes/masked.cpp does), that must give the same bits; and every thread count
   // and split of the work between the threads must give them too, with alpha, beta, padded
   // rows and short last passes.
   struct Case {

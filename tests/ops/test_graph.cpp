@@ -1,4 +1,4 @@
-// Tests for ops/graph.cpp and ops/build.cpp: building a graph records nodes and computes
+// Tests for ops/ir/graph.cpp and ops/ir/build.cpp: building a graph records nodes and computes
 // nothing; each node carries its op, inputs, inferred shape and dtype, its scoped name
 // and the user's source line; the to_text / to_dot listings and ancestors().
 // Shape errors live in test_shape_errors.cpp; values in the per-family kernel tests.
@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/graph.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/ir/graph.h"
 
 using namespace gg;
 

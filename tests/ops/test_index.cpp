@@ -1,4 +1,4 @@
-// Tests for ops/index.cpp: gather along axis 0 (an embedding lookup) and axis 1 with
+// Tests for ops/primitives/index.cpp: gather along axis 0 (an embedding lookup) and axis 1 with
 // 2-D indices, scatter_add with repeated indices (sums, not overwrites), against loops in
 // the test; and an index out of range at run time is a GraphError naming the index.
 #include <doctest/doctest.h>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/parallel.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/cpu/parallel.h"
 
 using namespace gg;
 

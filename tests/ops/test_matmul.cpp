@@ -1,4 +1,4 @@
-// Tests for ops/matmul.cpp: batched matmul through the Executor against naive double
+// Tests for ops/primitives/matmul.cpp: batched matmul through the Executor against naive double
 // loops, for all four transpose combinations, awkward sizes and broadcast batch dims
 // ((2,3,M,K)@(K,N), (1,M,K)@(3,K,N), (M,K)@(2,K,N), ...). The GEMM itself is tested
 // in test_gemm.cpp; this file checks how batches and transposes are mapped onto it.
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/parallel.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/cpu/parallel.h"
 
 using namespace gg;
 

@@ -1,4 +1,4 @@
-// Tests for ops/movement.cpp: reshape (with -1), permute (several permutations including
+// Tests for ops/primitives/movement.cpp: reshape (with -1), permute (several permutations including
 // the attention one, (0, 2, 1, 3)), expand, slice (negative begin/end) and concat on each
 // axis, through the Executor against index arithmetic done in the test, for f32 and i32.
 #include <doctest/doctest.h>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
 
 using namespace gg;
 

@@ -1,4 +1,4 @@
-// Tests for ops/parallel.cpp: parallel_for covers its range exactly once in contiguous
+// Tests for ops/cpu/parallel.cpp: parallel_for covers its range exactly once in contiguous
 // chunks no shorter than the grain, at any thread count; a nested call runs serially on
 // the calling thread; set_num_threads takes effect; chunks follow the threads' shares.
 #include <doctest/doctest.h>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "ops/parallel.h"
+#include "ops/cpu/parallel.h"
 
 using namespace gg;
 

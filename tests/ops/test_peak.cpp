@@ -1,11 +1,11 @@
-// The FMA probe (ops/peak.h): it measures something, on the pool's threads. No timing
+// The FMA probe (ops/cpu/peak.h): it measures something, on the pool's threads. No timing
 // thresholds (the machine may be busy); only that the figures are positive and finite.
 #include <doctest/doctest.h>
 
 #include <cmath>
 
-#include "ops/parallel.h"
-#include "ops/peak.h"
+#include "ops/cpu/parallel.h"
+#include "ops/cpu/peak.h"
 
 TEST_CASE("measure_fma_peak: positive per-core and total GFLOPS on the pool's threads") {
   const gg::FmaPeak p = gg::measure_fma_peak(0.005, 2);

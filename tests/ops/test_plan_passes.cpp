@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/fuse_compiled.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/passes/fuse_compiled.h"
 #include "tests/test_util.h"
 
 using namespace gg;

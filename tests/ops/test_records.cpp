@@ -1,4 +1,4 @@
-// Tests for the primitives' records (ops/op_rule.h): every record is complete for its
+// Tests for the primitives' records (ops/ir/op_rule.h): every record is complete for its
 // family, and every unary element-wise record, whatever it is, passes the same checks
 // on the sample domain of tests/sample_graphs.h: its SIMD kernel against its scalar
 // element function on awkward sizes, its value against its f64 rule, fused against
@@ -13,30 +13,20 @@
 #include <random>
 #include <string>
 
-#include "ops/build.h"
-#include "ops/eval_f64.h"
-#include "ops/executor.h"
-#include "ops/op_rule.h"
-#include "ops/parallel.h"
+#include "ops/ir/build.h"
+#include "ops/ir/eval_f64.h"
+#include "ops/runtime/executor.h"
+#include "ops/ir/op_rule.h"
+#include "ops/cpu/parallel.h"
 #include "tests/sample_graphs.h"
 #include "tests/test_util.h"
 
 using namespace gg;
+using gg::test::ulps;
 
 namespace {
 
 const std::int64_t kSizes[] = {1, 3, 7, 15, 17, 33, 1000};
-
-// Distance of `got` from `want` in units in the last place of `want` (as float).
-double ulps(float got, double want) {
-  const float w = float(want);
-  if (std::isnan(got) != std::isnan(w)) return 1e30;
-  if (std::isinf(w) || std::isinf(got)) return got == w ? 0.0 : 1e30;
-  const float tiny = std::numeric_limits<float>::min();
-  if (std::abs(w) < tiny && std::abs(got) < tiny) return 0.0;
-  const float spacing = std::nextafter(std::abs(w), std::numeric_limits<float>::infinity()) - std::abs(w);
-  return std::abs(double(got) - double(w)) / double(spacing);
-}
 
 // The values of `outs` with the executor's options `o`, x fed with `v`.
 std::vector<Tensor> run(const Graph& g, const std::vector<NodeId>& outs, const std::vector<float>& v, const Shape& s,
@@ -58,7 +48,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 
 TEST_CASE("op list: one line a primitive, each with a complete record") {
   // op_count is the number of OP lines in the list: nothing else to update for a new op.
-  std::ifstream list(std::string(GG_SOURCE_DIR) + "/ops/op_list.def");
+  std::ifstream list(std::string(GG_SOURCE_DIR) + "/ops/ir/op_list.def");
   REQUIRE(list);
   int lines = 0;
   for (std::string line; std::getline(list, line);) lines += line.rfind("OP(", 0) == 0;

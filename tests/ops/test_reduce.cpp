@@ -1,4 +1,4 @@
-// Tests for ops/reduce.cpp: sum and max over every axis, with and without keepdim,
+// Tests for ops/primitives/reduce.cpp: sum and max over every axis, with and without keepdim,
 // through the Executor against double-precision references, on awkward sizes (SIMD body
 // and scalar tail, contiguous and strided rows), and max over rows holding -inf.
 #include <doctest/doctest.h>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/parallel.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/cpu/parallel.h"
 
 using namespace gg;
 

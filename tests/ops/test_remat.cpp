@@ -1,13 +1,13 @@
-// Tests for ops/remat.h: which values the pass copies, where it puts the copies, what it
+// Tests for ops/passes/remat.h: which values the pass copies, where it puts the copies, what it
 // never copies, and that the rematerialized graph computes the same bits in less memory.
 #include <doctest/doctest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/remat.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/passes/remat.h"
 
 using namespace gg;
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/graph.h"
+#include "ops/ir/build.h"
+#include "ops/ir/graph.h"
 
 using namespace gg;
 

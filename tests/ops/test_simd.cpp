@@ -1,4 +1,4 @@
-// Tests for ops/simd.h: every generic lambda the kernels use (exp, log, sqrt, tanh, erf,
+// Tests for ops/cpu/simd.h: every generic lambda the kernels use (exp, log, sqrt, tanh, erf,
 // max, neg, add/sub/mul/div) run by simd::map / zip / zip_scalar_* (batch body plus scalar
 // tail) against the same lambda called on floats one at a time; and simd::sum, max_of,
 // dot and axpy against plain loops, on sizes 1, 3, 7, 15, 17, 33 and 1000.
@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "ops/simd.h"
+#include "ops/cpu/simd.h"
 
 namespace simd = gg::simd;
 
@@ -259,7 +259,7 @@ TEST_CASE("simd::sum of many values keeps its accuracy") {
 }
 
 TEST_CASE("simd::sum_prefix: the bits of sum over a row whose tail is zeros, reading only the prefix") {
-  // A masked softmax row (ops/masked.h's row limits): values up to len, zeros after it.
+  // A masked softmax row (ops/passes/masked.h's row limits): values up to len, zeros after it.
   // Every len a multiple of the width and n itself, over lengths that end inside and past
   // sum's four-register loop, with NaN past len to show it is never read.
   std::uint32_t seed = 300;

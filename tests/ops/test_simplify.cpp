@@ -1,4 +1,4 @@
-// Tests for ops/simplify.cpp: node counts before and after for each rule (common
+// Tests for ops/passes/simplify.cpp: node counts before and after for each rule (common
 // subexpressions, constant folding, identities, dead nodes), what must never merge
 // (random nodes, parameters and inputs of different names), names and lines kept, the id
 // map, and the executor's switch (same values with the pass on and off).
@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/simplify.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/passes/simplify.h"
 
 using namespace gg;
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "ops/build.h"
-#include "ops/executor.h"
-#include "ops/parallel.h"
+#include "ops/ir/build.h"
+#include "ops/runtime/executor.h"
+#include "ops/cpu/parallel.h"
 #include "tests/test_util.h"
 
 using namespace gg;

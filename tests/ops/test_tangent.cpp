@@ -1,12 +1,12 @@
-// Tests for ops/tangent.cpp: the structure of a tangent (zero, and the axes along which it
+// Tests for ops/ir/tangent.cpp: the structure of a tangent (zero, and the axes along which it
 // is constant) through broadcasting, movement, matmul, masks, and the x - max(x) cancellation.
 #include <doctest/doctest.h>
 
 #include <limits>
 #include <map>
 
-#include "ops/build.h"
-#include "ops/tangent.h"
+#include "ops/ir/build.h"
+#include "ops/ir/tangent.h"
 
 using namespace gg;
 

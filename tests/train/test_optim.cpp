@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "autodiff/grad_stats.h"
-#include "ops/threads.h"
+#include "ops/cpu/threads.h"
 #include "train/optim.h"
 
 namespace {
