@@ -27,7 +27,7 @@ struct LmSize {
 };
 
 // x * sigmoid(x), SwiGLU's gate.
-static Expr silu(Expr x) { return x / (1.f + exp(-x)); }
+static Expr silu(Expr x) { return x * sigmoid(x); }
 
 // One LLaMA-style block: x + attn(rms_norm(x)), then x + fc2(silu(fc1(h)) * gate(h)).
 static Expr llama_block(Expr x, const std::string& name, LmSize s, Expr mask) {
