@@ -32,6 +32,18 @@ static_assert(sizeof(op_table) / sizeof(op_table[0]) == op_count);
 const char* op_name(OpKind k) { return op_table[int(k)].name; }
 
 const OpRule& op_rule(OpKind k) { return *op_table[int(k)].rule; }
+
+bool constant_all(const Node& n, float v) {
+  if (n.op != OpKind::constant || n.dtype != DType::f32) return false;
+  for (float x : *n.attrs.data)
+    if (x != v) return false;
+  return true;
+}
+
+NodeId same_value_as(const Graph& t, const Node& n, NodeId x) {
+  return t.node(x).shape == n.shape && t.node(x).dtype == n.dtype ? x : NodeId(-1);
+}
+
 bool op_arithmetic(OpKind k) { return op_class(k) == OpClass::elementwise; }
 bool op_elementwise(OpKind k) { return op_arithmetic(k) || op_class(k) == OpClass::selection; }
 bool op_bound_leaf(OpKind k) { return op_class(k) == OpClass::bound_leaf; }

@@ -84,18 +84,6 @@ NodeId identity_of(const Graph& t, const Node& n, std::vector<NodeId>& ins, Attr
 
 }  // namespace
 
-bool constant_all(const Node& n, float v) {
-  if (n.op != OpKind::constant || n.dtype != DType::f32) return false;
-  for (float x : *n.attrs.data)
-    if (x != v) return false;
-  return true;
-}
-
-NodeId same_value_as(const Graph& t, const Node& n, NodeId x) {
-  return t.node(x).shape == n.shape && t.node(x).dtype == n.dtype ? x : NodeId(-1);
-}
-
-
 Simplified simplify(const Graph& g, const std::vector<NodeId>& roots, const SimplifyOptions& options) {
   for (NodeId r : roots)
     if (r < 0 || r >= g.size())

@@ -140,6 +140,20 @@ constexpr OpRule binary_rule() {
 // ---- compare -----------------------------------------------------------------------
 // A step function: no gradient flows through it.
 namespace {
+// Whether comparison c holds for u and v, as C++ evaluates it (NaN: false but for ne).
+template <class T>
+bool holds(Cmp c, T u, T v) {
+  switch (c) {
+    case Cmp::lt: return u < v;
+    case Cmp::le: return u <= v;
+    case Cmp::gt: return u > v;
+    case Cmp::ge: return u >= v;
+    case Cmp::eq: return u == v;
+    case Cmp::ne: return u != v;
+  }
+  return false;
+}
+
 // i32 operands: a scalar loop (index comparisons are small).
 void compare_rows_i32(const KernelArgs& a) {
   const std::int32_t* x = a.in[0].i();
@@ -151,9 +165,7 @@ void compare_rows_i32(const KernelArgs& a) {
                         const std::array<std::int64_t, 2>& inner) {
     for (std::int64_t i = 0; i < n; ++i) {
       std::int32_t u = x[off[0] + i * inner[0]], v = y[off[1] + i * inner[1]];
-      bool r = c == Cmp::lt ? u < v : c == Cmp::le ? u <= v : c == Cmp::gt ? u > v
-             : c == Cmp::ge ? u >= v : c == Cmp::eq ? u == v : u != v;
-      o[oo + i] = r ? 1.f : 0.f;
+      o[oo + i] = holds(c, u, v) ? 1.f : 0.f;
     }
   });
 }
@@ -172,17 +184,6 @@ void compare_f32(const KernelArgs& a) {
 static_assert(int(Cmp::lt) == 0 && int(Cmp::le) == 1 && int(Cmp::gt) == 2 && int(Cmp::ge) == 3 &&
               int(Cmp::eq) == 4 && int(Cmp::ne) == 5);
 
-bool compare_f64(Cmp c, double u, double v) {
-  switch (c) {
-    case Cmp::lt: return u < v;
-    case Cmp::le: return u <= v;
-    case Cmp::gt: return u > v;
-    case Cmp::ge: return u >= v;
-    case Cmp::eq: return u == v;
-    case Cmp::ne: return u != v;
-  }
-  return false;
-}
 }  // namespace
 
 const OpRule compare_rule = {
@@ -204,7 +205,7 @@ const OpRule compare_rule = {
     nullptr,
     [](const F64Args& a) {
       const Cmp c = a.n.attrs.cmp;
-      f64::binary(a, [c](double x, double y) { return compare_f64(c, x, y) ? 1.0 : 0.0; });
+      f64::binary(a, [c](double x, double y) { return holds(c, x, y) ? 1.0 : 0.0; });
     },
     nullptr,
     nullptr,
