@@ -81,4 +81,41 @@ std::string env_switches_markdown() {
   return s;
 }
 
+namespace {
+// Each switch's name and member, in the order the passes run.
+struct Switch {
+  std::string_view name;
+  bool ExecutorOptions::*member;
+};
+constexpr Switch kSwitches[] = {{"simplify", &ExecutorOptions::simplify}, {"remat", &ExecutorOptions::remat},
+                                {"fuse", &ExecutorOptions::fuse},         {"slice", &ExecutorOptions::slice},
+                                {"masked", &ExecutorOptions::masked},     {"in-place", &ExecutorOptions::in_place},
+                                {"epilogue", &ExecutorOptions::epilogue}};
+}  // namespace
+
+const std::vector<std::string>& executor_switch_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Switch& s : kSwitches) v.emplace_back(s.name);
+    return v;
+  }();
+  return names;
+}
+
+bool set_executor_switch(ExecutorOptions& o, std::string_view name, bool on) {
+  for (const Switch& s : kSwitches)
+    if (s.name == name) {
+      o.*s.member = on;
+      return true;
+    }
+  return false;
+}
+
+std::string switches_off(const ExecutorOptions& o) {
+  std::string off;
+  for (const Switch& s : kSwitches)
+    if (!(o.*s.member)) off += (off.empty() ? "" : ",") + std::string(s.name);
+  return off;
+}
+
 }  // namespace gg

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gg {
@@ -35,5 +36,58 @@ struct EnvSwitch {
 const std::vector<EnvSwitch>& env_switches();
 // The table as Markdown: a header row and one row per variable.
 std::string env_switches_markdown();
+
+// A plan's switches (ops/passes/plan.h): one per planning pass, each defaulting to its GG_*
+// variable above.
+struct ExecutorOptions {
+  // Run the simplification pass (ops/passes/simplify.h) on the needed subgraph before planning;
+  // a plan only computes values, so it also drops stop_gradient marks. Off with
+  // GG_SIMPLIFY=0 in the environment, or here.
+  bool simplify = env_config().simplify;
+  // Run chains of element-wise ops as one step each (ops/passes/fuse.h), after simplification.
+  // Off with GG_FUSE=0 in the environment, or here.
+  bool fuse = env_config().fuse;
+  // Recompute cheap element-wise values next to their late readers instead of keeping
+  // them (ops/passes/remat.h), after simplification. Off with GG_REMAT=0, or here.
+  bool remat = env_config().remat;
+  // Run chains of batch-parallel steps (attention: the scores' batched matmul, the softmax
+  // groups, the matmul with V; and their gradients) one batch slice at a time through the
+  // whole chain, so a slice's intermediates stay in cache. Values are unchanged bit for
+  // bit. Off with GG_SLICE=0, or here.
+  bool slice = env_config().slice;
+  // Inside batch-slice chains, run the matrix products that a constant mask makes partly
+  // irrelevant (causal attention's) in row blocks that skip that part (ops/passes/masked.h):
+  // about half the work. Values are unchanged wherever they are finite. Off with
+  // GG_MASKED=0, or here.
+  bool masked = env_config().masked;
+  // Inside batch-slice chains, let a matrix product read an operand that is a permute of
+  // some X straight from X, and write a result that only a permute reads straight into
+  // that permute's output, where a slice is then a matrix with a row stride (attention's
+  // head split and merge): those permutes are not run, and their values take no place in
+  // the arena. Values are unchanged bit for bit. Off with GG_IN_PLACE=0, or here.
+  bool in_place = env_config().in_place;
+  // Run a fused group with a transcendental member (erf, exp, ...) that reads a matrix
+  // product's result, and is the next step after it, as the product's epilogue: on each
+  // block of the product's rows as soon as the block is final, on the thread that computed
+  // it, while the rows are in its cache (the MLP's bias and GELU after its first layer).
+  // Values are unchanged bit for bit. Off with GG_EPILOGUE=0, or here.
+  bool epilogue = env_config().epilogue;
+  // Fused groups that match a program compiled ahead of time run it (ops/passes/fuse_compiled.h);
+  // off, every group is interpreted. Values are unchanged bit for bit. Off with
+  // GG_COMPILED=0, or here.
+  bool compiled = env_config().compiled;
+  // Anomaly mode from the start (Executor::set_detect_anomaly). On with GG_DETECT_ANOMALY=1,
+  // or here.
+  bool detect_anomaly = env_config().detect_anomaly;
+};
+
+// The switches above by name ("simplify", "remat", "fuse", "slice", "masked", "in-place",
+// "epilogue"), for tools that set them from a command line or compare two plans of one model
+// (gradgraph bench --ab).
+const std::vector<std::string>& executor_switch_names();
+// Sets the switch called `name`; false (and o unchanged) when there is none.
+bool set_executor_switch(ExecutorOptions& o, std::string_view name, bool on);
+// The switches that are off, by name ("" when all are on): options as a plan's key or label.
+std::string switches_off(const ExecutorOptions& o);
 
 }  // namespace gg

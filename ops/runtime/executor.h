@@ -1,13 +1,10 @@
-// The executor: compiles the part of a graph that the requested outputs need into a
-// plan (topological order, liveness, one arena whose size is known before the first
-// run) and runs it as a flat loop of kernel calls. Inputs are fed by name; parameters
-// come from a ParamStore and persist across runs. Planning passes, in order: simplify
-// and remat (graph to graph; ops/passes/simplify.h, ops/passes/remat.h), fusion and compiled groups
-// (ops/passes/fuse.h), batch-slice chains and their local values (plan_slices.cpp), in-place
-// permutes (plan_in_place.cpp), epilogues (plan_epilogues.cpp), memory (plan_memory.cpp),
-// then the steps, the chains' masked products (ops/passes/masked.h) and the value checks. Each has
-// its switch in ExecutorOptions, and none changes a value. The run is a flat loop over the
-// plan's items (executor_run.cpp), which profiling and anomaly checks observe.
+// The executor: plans the part of a graph that the requested outputs need (the pipeline of
+// passes in ops/passes/plan.h: simplify, remat, fusion, batch-slice chains and their local
+// values, in-place permutes, masked products, epilogues, memory; each with its switch in
+// ExecutorOptions, none changing a value), binds the plan to one arena whose size is known
+// before the first run and to a list of steps, and runs it as a flat loop over them
+// (executor_run.cpp), which profiling and anomaly checks observe. Inputs are fed by name;
+// parameters come from a ParamStore and persist across runs.
 #pragma once
 
 #include <cstdint>
@@ -22,64 +19,12 @@
 #include "../passes/fuse.h"
 #include "../ir/graph.h"
 #include "../ir/op_rule.h"
-#include "../passes/remat.h"
-#include "../passes/simplify.h"
 #include "../ir/tensor.h"
 
 namespace gg {
 
 struct MaskedBlocks;  // ops/passes/masked.h
-
-struct ExecutorOptions {
-  // Run the simplification pass (ops/passes/simplify.h) on the needed subgraph before planning;
-  // a plan only computes values, so it also drops stop_gradient marks. Off with
-  // GG_SIMPLIFY=0 in the environment, or here.
-  bool simplify = env_config().simplify;
-  // Run chains of element-wise ops as one step each (ops/passes/fuse.h), after simplification.
-  // Off with GG_FUSE=0 in the environment, or here.
-  bool fuse = env_config().fuse;
-  // Recompute cheap element-wise values next to their late readers instead of keeping
-  // them (ops/passes/remat.h), after simplification. Off with GG_REMAT=0, or here.
-  bool remat = env_config().remat;
-  // Run chains of batch-parallel steps (attention: the scores' batched matmul, the softmax
-  // groups, the matmul with V; and their gradients) one batch slice at a time through the
-  // whole chain, so a slice's intermediates stay in cache. Values are unchanged bit for
-  // bit. Off with GG_SLICE=0, or here.
-  bool slice = env_config().slice;
-  // Inside batch-slice chains, run the matrix products that a constant mask makes partly
-  // irrelevant (causal attention's) in row blocks that skip that part (ops/passes/masked.h):
-  // about half the work. Values are unchanged wherever they are finite. Off with
-  // GG_MASKED=0, or here.
-  bool masked = env_config().masked;
-  // Inside batch-slice chains, let a matrix product read an operand that is a permute of
-  // some X straight from X, and write a result that only a permute reads straight into
-  // that permute's output, where a slice is then a matrix with a row stride (attention's
-  // head split and merge): those permutes are not run, and their values take no place in
-  // the arena. Values are unchanged bit for bit. Off with GG_IN_PLACE=0, or here.
-  bool in_place = env_config().in_place;
-  // Run a fused group with a transcendental member (erf, exp, ...) that reads a matrix
-  // product's result, and is the next step after it, as the product's epilogue: on each
-  // block of the product's rows as soon as the block is final, on the thread that computed
-  // it, while the rows are in its cache (the MLP's bias and GELU after its first layer).
-  // Values are unchanged bit for bit. Off with GG_EPILOGUE=0, or here.
-  bool epilogue = env_config().epilogue;
-  // Fused groups that match a program compiled ahead of time run it (ops/passes/fuse_compiled.h);
-  // off, every group is interpreted. Values are unchanged bit for bit. Off with
-  // GG_COMPILED=0, or here.
-  bool compiled = env_config().compiled;
-  // Anomaly mode from the start (Executor::set_detect_anomaly). On with GG_DETECT_ANOMALY=1,
-  // or here.
-  bool detect_anomaly = env_config().detect_anomaly;
-};
-
-// The switches above by name ("simplify", "remat", "fuse", "slice", "masked", "in-place",
-// "epilogue"), for tools that set them from a command line or compare two plans of one model
-// (gradgraph bench --ab).
-const std::vector<std::string>& executor_switch_names();
-// Sets the switch called `name`; false (and o unchanged) when there is none.
-bool set_executor_switch(ExecutorOptions& o, std::string_view name, bool on);
-// The switches that are off, by name ("" when all are on): options as a plan's key or label.
-std::string switches_off(const ExecutorOptions& o);
+struct Plan;          // ops/passes/plan.h
 
 // Timing only (gradgraph bench --without): kinds of a plan's work that run() can leave out,
 // so that what a kind costs inside the whole step is measured where it runs, with the
@@ -103,19 +48,20 @@ class Executor {
   // at run(). Throws GraphError for an output id that is not a node of `g`.
   Executor(const Graph& g, std::vector<NodeId> outputs, ParamStore& params, std::uint64_t seed = 0,
            ExecutorOptions options = {});
+  ~Executor();
 
   // Bytes of the arena holding every intermediate value (known before the first run).
-  std::size_t arena_bytes() const { return arena_bytes_; }
+  std::size_t arena_bytes() const;
   // Bytes the intermediates would take without buffer reuse.
-  std::size_t unshared_bytes() const { return unshared_bytes_; }
+  std::size_t unshared_bytes() const;
   // Node ids (of the graph given) in execution order: for a node the pass merged with
   // others, the first of them.
-  const std::vector<NodeId>& order() const { return user_order_; }
+  const std::vector<NodeId>& order() const;
   // The graph that was planned: after simplify and remat, or the one given when both are off.
   const Graph& planned_graph() const { return g_; }
   // The element-wise groups run as one step each (none when the pass is off), in ids of
   // planned_graph().
-  const Fusion& fusion() const { return fusion_; }
+  const Fusion& fusion() const;
   // How many batch-slice chains the plan runs (ExecutorOptions::slice).
   std::size_t slice_chains() const { return chains_.size(); }
   // How many values the chains keep in per-thread scratch instead of the arena: those only
@@ -206,7 +152,7 @@ class Executor {
     std::int64_t extent = 0;                           // a group's rows (or flat values) per slice
     std::shared_ptr<const MaskedBlocks> masked;        // a matmul that skips a mask's zeros, or null
     std::shared_ptr<const RowLimits> rows;             // a group that skips a mask's zeros, or null
-    // Values only this slice's pass reads live in a per-thread scratch block (local_off_):
+    // Values only this slice's pass reads live in a per-thread scratch block (Plan::local_off):
     // per read, the output and (groups) the stored members, the byte offset there or -1.
     std::vector<std::int64_t> in_local, stored_local;
     std::int64_t out_local = -1;
@@ -221,25 +167,20 @@ class Executor {
     bool strided = false;
   };
   struct SliceChain {
-    std::size_t first = 0, last = 0;  // positions in order_ of its first and last step nodes, then step indices
+    std::size_t first = 0, last = 0;  // indices in steps_ of its first and last steps
     Shape lead;                       // L
     std::int64_t slices = 0;
     std::vector<SliceStep> steps;     // per step of the chain
     std::size_t scratch_bytes = 0;    // a thread's scratch for one slice's local values
   };
-  // The passes of the constructor, in order (each with its own switch in options_).
-  static Simplified prepare(const Graph& g, const std::vector<NodeId>& outputs, const ExecutorOptions& options);
-  void number_order();  // step_of_ from order_
-  void plan_slices();  // finds the chains (positions in order_), before plan_memory
-  void plan_locals();  // the chains' values read only inside one slice's pass, before plan_memory
-  void plan_in_place();  // the permutes the chains' products read or write in place, before plan_memory
-  void plan_fusion();  // fusion_: the element-wise groups (options_.fuse)
-  void number_user_order();  // user_order_ from order_ and the passes' id map
-  void plan_epilogues();  // the groups run as a product's epilogue, before plan_memory
-  void bind_epilogues(const std::vector<int>& step_at);  // their steps, after make_steps
-  void bind_locals_unsliced();  // full-size storage for them and for in-place values, when a run goes step by step
-  std::vector<int> step_index() const;  // per node of g_: its step's index, or -1 (after make_steps)
-  void bind_slices(const std::vector<int>& step_at);  // the chains' step indices and per-slice shapes, after make_steps
+  // Binding the plan to memory and steps, in the constructor's order.
+  void bind_memory();  // the arena, and each planned node's view
+  void make_steps();   // one step per computed node (a fused group is one)
+  std::vector<int> step_index() const;  // per node of g_: its step's index, or -1
+  void bind_slices(const std::vector<int>& step_at);  // the chains' step indices and per-slice views
+  void bind_epilogues(const std::vector<int>& step_at);  // the products' epilogue steps
+  void bind_checks(const std::vector<int>& step_at);     // each value check after its node's step
+  void bind_locals_unsliced();  // full-size storage for local and in-place values, when a run goes step by step
   void run_chain(const SliceChain& c);
   // Slice i of chain c through step t, on this thread (run_chain's body).
   struct ChainThread;
@@ -270,63 +211,27 @@ class Executor {
   unsigned items_skip_kinds_ = 0;  // what items_skip_ leaves out
   // Asks for the lines step t of chain c reads from outside the chain for `slice` (idx: scratch for its multi-index).
   void prefetch_slice(const SliceChain& c, std::size_t t, std::int64_t slice, std::vector<std::int64_t>& idx) const;
-  void plan_memory(std::vector<std::size_t>& offset, std::vector<NodeId>& root);
-  // plan_memory's liveness: per node the last step that reads it (INT_MAX: an output), the
-  // buffer each node lives in (a view's: its input's), and per position the values placed
-  // there early (a permute a chain writes in place: at the chain's start).
-  std::vector<int> liveness(std::vector<NodeId>& root, std::vector<std::vector<NodeId>>& early,
-                            std::vector<char>& placed_early);
-  void leaves_first();  // plan_slices: the leaves first in order_, before any step
-  // plan_slices: whether node id can run slice by slice over L (inside: nodes already in the chain)
-  bool sliceable(NodeId id, const Shape& L, const std::vector<char>& inside) const;
-  void bind_views(const std::vector<std::size_t>& offset, const std::vector<NodeId>& root);
-  void make_steps();
-  void plan_checks(const std::vector<int>& step_of, const std::vector<int>& step_index);
   void run_check(std::size_t c) const;
-  NodeId planned_id(NodeId user_id) const;
-  // The outputs and the checked nodes: values read after their step (by the caller or a
-  // check), so every one of them is computed and stored in full.
-  std::vector<NodeId> read_after_steps() const;
   void check_anomaly(const Step& st) const;  // throws GraphError if st's output is not finite
   void check_value(const Step& st, NodeId id, const View& v) const;
-  bool never_stored(NodeId id) const;  // a member of a fused group read only inside it
-  int group_at(NodeId id) const;        // the fused group node id belongs to, or -1
   void bind_inputs(Step& st);           // st.in: the current views of what st reads
   std::string group_ops(int group) const;    // a fused group's ops, in order
   const std::vector<NodeId>& reads(const Step& st) const;  // the nodes whose values st.in holds
-  const Graph& user_g_;        // the graph given
-  Simplified simplified_;      // the graph after the passes and the id map (the map only, when all are off)
-  const Graph& g_;             // the planned graph: simplified_.graph or user_g_
-  Fusion fusion_;              // element-wise groups of g_ (empty when the pass is off)
+  const Graph& user_g_;              // the graph given
+  std::unique_ptr<const Plan> plan_;  // the passes' result (ops/passes/plan.h)
+  const Graph& g_;                    // the planned graph: plan_->g()
+  const Fusion& fusion_;              // plan_->fusion
   ParamStore& params_;
-  std::vector<NodeId> outputs_, order_, user_order_;  // outputs_, order_: ids in g_
-  std::vector<int> step_of_;   // per node of g_: its index in order_, or -1
   std::vector<Step> steps_;
-  std::vector<SliceChain> chains_;
-  std::vector<int> chain_at_;  // per step: the chain starting there, or -1
-  ExecutorOptions options_;    // each pass reads its own switch here
-  // Per node of g_, for a permute a chain's products read in place: its input and, per axis
-  // of the permute, that axis's stride in its input; for a chain's product whose result is
-  // written into the permute that reads it: that permute and, per axis of the product, the
-  // stride in the permute's output. `to` is -1 for every other node; such nodes have no
-  // arena place (storage of their own only when a run goes step by step).
-  struct InPlace {
-    NodeId to = -1;
-    bool writes = false;
-    std::vector<std::int64_t> axis_stride;
-  };
-  std::vector<InPlace> in_place_;
-  std::vector<char> in_place_step_;  // per node: a permute the chains do without
-  // Per node of g_: for a matrix product, the root of the fused group run as its epilogue,
-  // else -1 (plan_epilogues). Per step: the epilogue group's step of a product, else -1;
-  // and whether a group's step is run by its product (then it only runs its checks).
-  std::vector<NodeId> epilogue_for_;
+  std::vector<SliceChain> chains_;  // plan_->chains, bound to steps
+  std::vector<int> chain_at_;       // per step: the chain starting there, or -1
+  ExecutorOptions options_;
+  // Per step: the epilogue group's step of a product, else -1; and whether a group's step is
+  // run by its product (then it only runs its checks).
   std::vector<int> epilogue_step_;
   std::vector<char> by_epilogue_;
-  // Per node of g_: its byte offset in its chain's per-thread scratch when only the chain's
-  // pass over one slice reads it (no arena place), else -1. Run step by step (anomaly
-  // mode), such values get full-size storage of their own (local_full_), made on demand.
-  std::vector<std::int64_t> local_off_;
+  // Run step by step (anomaly mode), the chains' local values and the in-place ones get
+  // full-size storage of their own, made on demand.
   std::unique_ptr<void, void (*)(void*)> local_full_{nullptr, aligned_free};
   std::vector<View> views_;          // per node id (valid for planned nodes)
   std::vector<char> kept_;           // per node id: readable after run
@@ -334,7 +239,6 @@ class Executor {
   std::vector<char> input_fed_;
   std::vector<std::size_t> leaf_checks_;  // value checks of leaves, run before the first step
   std::unique_ptr<void, void (*)(void*)> arena_{nullptr, aligned_free};
-  std::size_t arena_bytes_ = 0, unshared_bytes_ = 0;
   std::mt19937_64 rng_;
   bool profile_ = false;
   bool detect_anomaly_ = false;

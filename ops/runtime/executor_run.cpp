@@ -14,6 +14,7 @@
 
 #include "ops/cpu/gemm.h"
 #include "ops/passes/masked.h"
+#include "ops/passes/plan.h"
 #include "ops/cpu/parallel.h"
 
 namespace gg {
@@ -72,7 +73,7 @@ class Executor::AnomalyCheck final : public RunObserver {
 
 void Executor::bind_params() {
   // The store may have replaced a tensor since the last run.
-  for (NodeId id : order_) {
+  for (NodeId id : plan_->order) {
     const Node& n = g_.node(id);
     if (n.op == OpKind::input && !input_fed_[std::size_t(id)])
       throw GraphError(fmt::format("input '{}' declared at {} was not fed", n.name, site_string(n.loc)));
