@@ -172,6 +172,7 @@ class Executor {
     std::int64_t slices = 0;
     std::vector<SliceStep> steps;     // per step of the chain
     std::size_t scratch_bytes = 0;    // a thread's scratch for one slice's local values
+    std::vector<std::uint32_t> all_steps;  // first..last: the steps a run as planned goes through
   };
   // Binding the plan to memory and steps, in the constructor's order.
   void bind_memory();  // the arena, and each planned node's view
@@ -181,7 +182,11 @@ class Executor {
   void bind_epilogues(const std::vector<int>& step_at);  // the products' epilogue steps
   void bind_checks(const std::vector<int>& step_at);     // each value check after its node's step
   void bind_locals_unsliced();  // full-size storage for local and in-place values, when a run goes step by step
-  void run_chain(const SliceChain& c);
+  // Runs chain c slice-major through `run` (its steps, or fewer: timing skips), with each
+  // step's time summed per thread when Timed (profiling).
+  void run_chain(const SliceChain& c, const std::vector<std::uint32_t>& run);
+  template <bool Timed>
+  void run_chain_slices(const SliceChain& c, const std::vector<std::uint32_t>& run);
   // Slice i of chain c through step t, on this thread (run_chain's body).
   struct ChainThread;
   void run_chain_step(const SliceChain& c, std::size_t t, std::int64_t i, ChainThread& th);
@@ -192,10 +197,11 @@ class Executor {
     enum Kind : std::uint8_t { kernel, group, product_epilogue, chain, checks_only } kind;
     std::uint32_t step;  // the step run (a chain's first)
     std::int32_t other;  // a chain's index, or a product's epilogue step, else -1
+    const std::vector<std::uint32_t>* chain_steps = nullptr;  // a chain's steps to run
   };
   std::vector<RunItem> run_items() const;                 // the plan as planned
   std::vector<RunItem> step_by_step_items() const;        // every step apart (anomaly mode)
-  std::vector<RunItem> skip_items(unsigned kinds) const;  // run_items() with `kinds` left out
+  std::vector<RunItem> skip_items(unsigned kinds);  // run_items() with `kinds` left out (chain_skip_steps_)
   void run_item(const RunItem& it);
   void bind_params();
   // Watches the loop: called before and after each item (profiling, anomaly checks); one
@@ -209,6 +215,7 @@ class Executor {
   class AnomalyCheck;
   std::vector<RunItem> items_, items_by_step_, items_skip_;
   unsigned items_skip_kinds_ = 0;  // what items_skip_ leaves out
+  std::vector<std::vector<std::uint32_t>> chain_skip_steps_;  // per chain: its steps items_skip_ runs
   // Asks for the lines step t of chain c reads from outside the chain for `slice` (idx: scratch for its multi-index).
   void prefetch_slice(const SliceChain& c, std::size_t t, std::int64_t slice, std::vector<std::int64_t>& idx) const;
   void run_check(std::size_t c) const;

@@ -95,6 +95,7 @@ void Executor::bind_slices(const std::vector<int>& step_at) {
   for (std::size_t ci = 0; ci < chains_.size(); ++ci) {
     SliceChain& c = chains_[ci];
     chain_at_[c.first] = int(ci);
+    for (std::size_t t = c.first; t <= c.last; ++t) c.all_steps.push_back(std::uint32_t(t));
     for (std::size_t t = c.first; t <= c.last; ++t) {
       const Step& st = steps_[t];
       const Node& n = g_.node(st.id);

@@ -95,7 +95,7 @@ std::vector<Executor::RunItem> Executor::run_items() const {
   for (std::size_t t = 0; t < steps_.size(); ++t) {
     const auto step = std::uint32_t(t);
     if (!chain_at_.empty() && chain_at_[t] >= 0) {
-      items.push_back({RunItem::chain, step, chain_at_[t]});
+      items.push_back({RunItem::chain, step, chain_at_[t], &chains_[std::size_t(chain_at_[t])].all_steps});
       t = chains_[std::size_t(chain_at_[t])].last;
     } else if (steps_[t].in_place || by_epilogue_[t]) {
       items.push_back({RunItem::checks_only, step, -1});
@@ -121,10 +121,18 @@ std::vector<Executor::RunItem> Executor::step_by_step_items() const {
 // Timing only: run_items() without the SkipWork `kinds` (a chain leaves its own out as it
 // runs). An epilogue whose product is left out runs alone, unless groups are left out too; a
 // product whose epilogue is left out runs alone.
-std::vector<Executor::RunItem> Executor::skip_items(unsigned kinds) const {
+std::vector<Executor::RunItem> Executor::skip_items(unsigned kinds) {
   std::vector<RunItem> items;
+  chain_skip_steps_.assign(chains_.size(), {});
   for (const RunItem& it : run_items()) {
-    if (it.kind == RunItem::chain || it.kind == RunItem::checks_only) {
+    if (it.kind == RunItem::chain) {
+      std::vector<std::uint32_t>& run = chain_skip_steps_[std::size_t(it.other)];
+      for (std::uint32_t t : *it.chain_steps)
+        if (!skipped(steps_[t], kinds, /*in_chain=*/true)) run.push_back(t);
+      items.push_back({RunItem::chain, it.step, it.other, &run});
+      continue;
+    }
+    if (it.kind == RunItem::checks_only) {
       items.push_back(it);
       continue;
     }
@@ -140,7 +148,7 @@ std::vector<Executor::RunItem> Executor::skip_items(unsigned kinds) const {
 
 void Executor::run_item(const RunItem& it) {
   switch (it.kind) {
-    case RunItem::chain: return run_chain(chains_[std::size_t(it.other)]);
+    case RunItem::chain: return run_chain(chains_[std::size_t(it.other)], *it.chain_steps);
     case RunItem::checks_only: return;
     case RunItem::group: {
       Step& st = steps_[it.step];
@@ -289,38 +297,41 @@ struct Executor::ChainThread {
   std::vector<View> ins, gin, gstored;
 };
 
-// Runs chain c slice-major: each thread takes whole slices through every step.
-void Executor::run_chain(const SliceChain& c) {
+// Runs chain c slice-major: each thread takes whole slices through the steps `run`.
+void Executor::run_chain(const SliceChain& c, const std::vector<std::uint32_t>& run) {
   for (std::size_t t = c.first; t <= c.last; ++t) bind_inputs(steps_[t]);
+  if (profile_) return run_chain_slices<true>(c, run);
+  run_chain_slices<false>(c, run);
+}
+
+// Profiling (Timed): each step's time over this thread's slices, added to the chain's totals
+// at the end (a clock read between steps).
+template <bool Timed>
+void Executor::run_chain_slices(const SliceChain& c, const std::vector<std::uint32_t>& run) {
   const std::size_t l = c.lead.size();
   parallel_for(c.slices, 1, [&](std::int64_t b, std::int64_t e) {
     ChainThread th;
     th.scratch = c.scratch_bytes > 0 ? chain_scratch(c.scratch_bytes) : nullptr;
     th.idx.resize(l);
-    // Profiling: each step's time over this thread's slices, added to the chain's totals at
-    // the end (a clock read between steps; none when not profiling).
-    std::vector<double> spent(profile_ ? c.last - c.first + 1 : 0, 0.0);
-    auto since = std::chrono::steady_clock::now();
-    auto lap = [&](std::size_t t) {
-      if (spent.empty()) return;
-      const auto now = std::chrono::steady_clock::now();
-      spent[t - c.first] += std::chrono::duration<double>(now - since).count();
-      since = now;
-    };
+    std::vector<double> spent(Timed ? c.last - c.first + 1 : 0, 0.0);
+    [[maybe_unused]] auto since = std::chrono::steady_clock::now();
     std::vector<std::int64_t> next_idx(l);
     for (std::int64_t i = b; i < e; ++i) {
       for (std::size_t d = l, rem = std::size_t(i); d-- > 0;) {  // i's multi-index over L
         th.idx[d] = std::int64_t(rem % std::size_t(c.lead[d]));
         rem /= std::size_t(c.lead[d]);
       }
-      for (std::size_t t = c.first; t <= c.last; ++t) {
+      for (const std::uint32_t t : run) {
         if (i + 1 < e) prefetch_slice(c, t, i + 1, next_idx);
-        if (skip_ && skipped(steps_[t], skip_, /*in_chain=*/true)) continue;  // (chains never run in anomaly mode)
         run_chain_step(c, t, i, th);
-        lap(t);
+        if constexpr (Timed) {
+          const auto now = std::chrono::steady_clock::now();
+          spent[t - c.first] += std::chrono::duration<double>(now - since).count();
+          since = now;
+        }
       }
     }
-    if (!spent.empty()) {
+    if constexpr (Timed) {
       const std::lock_guard<std::mutex> lock(chain_profile_mu_);
       for (std::size_t t = c.first; t <= c.last; ++t) chain_step_seconds_[t] += spent[t - c.first];
     }
