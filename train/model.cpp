@@ -34,6 +34,11 @@ std::string listed(const std::vector<std::string>& xs, std::size_t max = 4) {
   if (xs.size() > max) s += fmt::format(" and {} more", xs.size() - max);
   return s;
 }
+std::map<std::string, Shape> shapes_of(const Batch& b) {
+  std::map<std::string, Shape> s;
+  for (auto& [name, t] : b) s.emplace(name, t.shape());
+  return s;
+}
 std::vector<ParamInfo> table_of(const Graph& g) {
   std::vector<ParamInfo> t;
   for (const Node& n : g.nodes())
@@ -69,14 +74,19 @@ Model::Model(std::string kind, BuildFn build, std::string options_json)
 Model::Model(Model&&) noexcept = default;
 Model::~Model() = default;
 
-std::unique_ptr<Graph> Model::graph_for(const Batch& b, bool training, ModelOutputs* outs) const {
+std::unique_ptr<Graph> Model::build_graph(const Batch& b, bool training, ModelOutputs* outs) const {
   if (b.empty()) throw InputError(fmt::format("model '{}': the batch has no tensors", kind_));
   auto g = std::make_unique<Graph>();
   ModelInputs in(*g, b, training);
   ModelOutputs o = build_(in);
+  if (training && !o.loss.g)
+    throw InputError(fmt::format("model '{}': the build function gave no loss to train (ModelOutputs::loss is empty)",
+                                 kind_));
   for (auto& [name, t] : b)
     if (!in.has(name) || g->find(name, OpKind::input) < 0)
-      throw InputError(fmt::format("model '{}': the batch's tensor '{}' is not read by the model", kind_, name));
+      throw InputError(o.loss.g ? fmt::format("model '{}': the batch's tensor '{}' is not read by the model", kind_, name)
+                                : fmt::format("model '{}': the build function gave no loss (ModelOutputs::loss is "
+                                              "empty) and leaves the batch's tensor '{}' unused", kind_, name));
   auto own = [&](const dsl::Expr& e, const std::string& what) {
     if (e.g != g.get())
       throw InputError(fmt::format("model '{}': {} was not built in the graph given to the build function", kind_, what));
@@ -96,12 +106,28 @@ std::unique_ptr<Graph> Model::graph_for(const Batch& b, bool training, ModelOutp
   return g;
 }
 
+std::unique_ptr<Graph> Model::graph_for(const Batch& b, bool training, ModelOutputs* outs,
+                                        std::vector<NodeId>* grads) const {
+  ModelOutputs o;
+  std::unique_ptr<Graph> g = build_graph(b, training, &o);
+  if (training) {
+    std::vector<NodeId> wrt;
+    for (const Node& n : g->nodes())
+      if (n.op == OpKind::param && !frozen_.count(n.name)) wrt.push_back(g->find(n.name, OpKind::param));
+    std::vector<NodeId> d = grad(*g, o.loss.id, wrt);
+    if (grads) *grads = std::move(d);
+  }
+  if (outs) *outs = std::move(o);
+  return g;
+}
+
 const std::vector<ParamInfo>& Model::declare(const Batch& example) {
   if (!declared_) {
-    std::unique_ptr<Graph> g = graph_for(example, false);
+    std::unique_ptr<Graph> g = build_graph(example, false, nullptr);
     table_ = table_of(*g);
     declared_ = true;
     decl_graph_ = std::move(g);
+    decl_batch_ = shapes_of(example);
   }
   return table_;
 }
@@ -117,38 +143,55 @@ void Model::init_params(std::uint64_t seed) {
 }
 
 Model::Plan& Model::plan(const Batch& b, bool training) {
-  const std::string key = plan_key(b, training) + options_key_;
+  const std::string key = plan_key(b, training) + options_key_ + (training ? frozen_key_ : "");
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();
   p->training = training;
-  p->g = graph_for(b, training, &p->outs);
+  p->g = graph_for(b, training, &p->outs, &p->grads);
   std::vector<ParamInfo> table = table_of(*p->g);
   if (!declared_) {
     table_ = table;
     declared_ = true;
     decl_graph_ = std::make_unique<Graph>(*p->g);
+    decl_batch_ = shapes_of(b);
   } else if (table.size() != table_.size() ||
              !std::equal(table.begin(), table.end(), table_.begin(),
                          [](const ParamInfo& a, const ParamInfo& c) { return a.name == c.name && a.shape == c.shape; })) {
-    throw InputError(fmt::format("model '{}': the batch shapes {} declare other parameters than the first batch did",
-                                 kind_, plan_key(b, training)));
+    throw InputError(other_params(b, table));
   }
   std::vector<NodeId> outs;
   if (p->outs.loss.g) outs.push_back(p->outs.loss.id);
   for (auto& [name, e] : p->outs.outputs) outs.push_back(e.id);
   if (training) {
-    if (!p->outs.loss.g) throw InputError(fmt::format("model '{}': the build function gave no loss to train", kind_));
-    std::vector<NodeId> wrt;
-    for (const ParamInfo& pi : table_) {
-      wrt.push_back(p->g->find(pi.name, OpKind::param));
-      p->names.push_back(pi.name);
-    }
-    p->grads = grad(*p->g, p->outs.loss.id, wrt);
+    for (const ParamInfo& pi : table_)
+      if (!frozen_.count(pi.name)) p->names.push_back(pi.name);
     outs.insert(outs.end(), p->grads.begin(), p->grads.end());
   }
   p->ex = std::make_unique<Executor>(*p->g, outs, params_, 0, plan_options_);
   if (detect_anomaly_) p->ex->set_detect_anomaly(true);
   return *plans_.emplace(key, std::move(p)).first->second;
+}
+
+// The batch `b` declares `table` instead of table_: which inputs changed their shape since
+// the first batch, and the first parameter that changes with them.
+std::string Model::other_params(const Batch& b, const std::vector<ParamInfo>& table) const {
+  auto cut = [](const std::string& s) { return s.size() > 40 ? s.substr(0, 40) + "..." : s; };
+  std::string inputs;
+  for (auto& [name, t] : b)
+    if (auto it = decl_batch_.find(name); it != decl_batch_.end() && it->second != t.shape() && inputs.size() < 120)
+      inputs += fmt::format("{}input '{}' is {} here but {} in the first batch", inputs.empty() ? "" : ", ", cut(name),
+                            to_string(t.shape()), to_string(it->second));
+  std::string param = "the parameters differ in number";
+  for (const ParamInfo& now : table)
+    for (const ParamInfo& first : table_)
+      if (now.name == first.name && now.shape != first.shape) {
+        param = fmt::format("parameter '{}' would be {} instead of {}", cut(now.name), to_string(now.shape),
+                            to_string(first.shape));
+        goto found;
+      }
+found:
+  return fmt::format("model '{}': {}: {}; parameters are declared once, by the first batch",
+                     cut(kind_), inputs.empty() ? "the batch's shapes differ from the first batch's" : inputs, param);
 }
 
 double Model::run(Plan& p, const Batch& b) {
@@ -197,6 +240,11 @@ View Model::train_output(const std::string& name) const {
 
 Executor& Model::plan_for(const Batch& b, bool training) { return *plan(b, training).ex; }
 
+void Model::set_frozen(const std::vector<std::string>& names) {
+  frozen_ = std::set<std::string>(names.begin(), names.end());
+  frozen_key_ = fmt::format("|frozen:{}", fmt::join(frozen_, ","));
+}
+
 void Model::set_plan_options(const ExecutorOptions& o) {
   plan_options_ = o;
   options_key_ = "|off:" + switches_off(o);
@@ -209,6 +257,7 @@ void Model::set_detect_anomaly(bool on) {
 
 std::vector<ZeroGrad> Model::structurally_zero(const Batch& b) {
   Plan& p = plan(b, true);
+  if (p.names.empty()) return {};
   std::vector<NodeId> params;
   for (const std::string& name : p.names) params.push_back(p.g->find(name, OpKind::param));
   return structurally_zero_grads(*p.g, p.outs.loss.id, params);

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -117,11 +118,22 @@ class Model {
   // The parameters whose gradient is zero by construction in the training plan of `b`, with
   // the reason (autodiff/grad_stats.h), each once.
   std::vector<ZeroGrad> structurally_zero(const Batch& b);
-  // Builds a plan's graph without running it: for listings and tests.
-  std::unique_ptr<Graph> graph_for(const Batch& b, bool training, ModelOutputs* outs = nullptr) const;
+  // Builds a plan's graph without running it, for listings and tests: the evaluation pass,
+  // or (training) the training pass with the gradient of the loss for every parameter that
+  // is not frozen appended as graph (their ids in `grads`, in declaration order).
+  std::unique_ptr<Graph> graph_for(const Batch& b, bool training, ModelOutputs* outs = nullptr,
+                                   std::vector<NodeId>* grads = nullptr) const;
+
+  // Parameters no training pass computes a gradient for (grads() leaves them out, and so
+  // the optimizer never sees them): an encoder pretrained then frozen. Plans are cached
+  // per frozen set.
+  void set_frozen(const std::vector<std::string>& names);
+  const std::set<std::string>& frozen() const { return frozen_; }
 
  private:
   struct Plan;
+  std::unique_ptr<Graph> build_graph(const Batch& b, bool training, ModelOutputs* outs) const;
+  std::string other_params(const Batch& b, const std::vector<ParamInfo>& table) const;
   Plan& plan(const Batch& b, bool training);
   double run(Plan& p, const Batch& b);
 
@@ -131,6 +143,9 @@ class Model {
   std::vector<ParamInfo> table_;
   bool declared_ = false;
   std::unique_ptr<Graph> decl_graph_;  // the graph that declared the table (for init_params)
+  std::map<std::string, Shape> decl_batch_;  // the shapes of the batch that declared it
+  std::set<std::string> frozen_;
+  std::string frozen_key_;
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   Plan* last_train_ = nullptr;
   bool detect_anomaly_ = false;

@@ -151,7 +151,9 @@ double clip_grad_norm(std::span<const ParamGrad> pg, double max_norm) {
 void Sgd::step(std::span<const ParamGrad> pg, double lr, float grad_scale) {
   check_sizes(pg, {&buf_});
   ++t_;
-  const float lrf = float(lr), m = float(momentum_);
+  const float m = float(momentum_);
+  std::vector<float> lrs(pg.size());  // per parameter: its group's learning rate
+  for (std::size_t p = 0; p < pg.size(); ++p) lrs[p] = float(lr * setting(pg[p].name).lr_scale);
   // Buffers are made here, before the parallel pass; fresh: this step is the buffer's first.
   std::vector<float*> buf(pg.size(), nullptr);
   std::vector<char> fresh(pg.size(), 0);
@@ -164,6 +166,7 @@ void Sgd::step(std::span<const ParamGrad> pg, double lr, float grad_scale) {
   for_each_chunk(chunks_of(pg), [&](std::size_t, const Chunk& k) {
     float* w = pg[k.param].param->f();
     const float* g = pg[k.param].grad.data();
+    const float lrf = lrs[k.param];
     if (float* b = buf[k.param]) {
       for (std::int64_t i = k.begin; i < k.end; ++i) {
         const float gi = g[i] * grad_scale;
@@ -198,14 +201,18 @@ void AdamW::step(std::span<const ParamGrad> pg, double lr, float grad_scale) {
   const float b1 = float(o_.beta1), b2 = float(o_.beta2);
   const float bc1 = float(1.0 - std::pow(o_.beta1, double(t_)));
   const float bc2_sqrt = float(std::sqrt(1.0 - std::pow(o_.beta2, double(t_))));
-  const float step_size = float(lr) / bc1;
   const float eps = float(o_.eps);
-  const float decay = float(1.0 - lr * o_.weight_decay);
-  // The moment buffers are made here, before the parallel pass.
+  // The moment buffers are made here, before the parallel pass; so are each parameter's
+  // step size and decay factor (its group's learning rate and weight decay).
   std::vector<float*> ms(pg.size()), vs(pg.size());
+  std::vector<float> step_sizes(pg.size()), decays(pg.size());
   for (std::size_t p = 0; p < pg.size(); ++p) {
     ms[p] = m_.try_emplace(pg[p].name, pg[p].param->shape()).first->second.f();
     vs[p] = v_.try_emplace(pg[p].name, pg[p].param->shape()).first->second.f();
+    const ParamSetting set = setting(pg[p].name);
+    const double lr_p = lr * set.lr_scale;
+    step_sizes[p] = float(lr_p) / bc1;
+    decays[p] = float(1.0 - lr_p * (set.weight_decay >= 0 ? set.weight_decay : o_.weight_decay));
   }
   for_each_chunk(chunks_of(pg), [&](std::size_t, const Chunk& k) {
     float* w = pg[k.param].param->f();
@@ -216,7 +223,8 @@ void AdamW::step(std::span<const ParamGrad> pg, double lr, float grad_scale) {
     // separate product, rounded, as PyTorch applies it, and not fused by the compiler into
     // the update's subtraction. The constants are copied into locals: through the lambda's
     // references, every store to w, m or v could change them, and no loop would vectorize.
-    const float gs = grad_scale, c1 = b1, c2 = b2, bc = bc2_sqrt, e = eps, lr_t = step_size, d = decay;
+    const float gs = grad_scale, c1 = b1, c2 = b2, bc = bc2_sqrt, e = eps, lr_t = step_sizes[k.param],
+                d = decays[k.param];
     if (pg[k.param].param->shape().size() >= 2)
       for (std::int64_t i = k.begin; i < k.end; ++i) w[i] *= d;
     for (std::int64_t i = k.begin; i < k.end; ++i) {
@@ -243,6 +251,22 @@ void AdamW::set_buffers(const std::map<std::string, Tensor>& s) {
     if (k.rfind("adam_m.", 0) == 0) m_.emplace(k.substr(7), t);
     if (k.rfind("adam_v.", 0) == 0) v_.emplace(k.substr(7), t);
   }
+}
+
+Optimizer::ParamSetting Optimizer::setting(const std::string& name) const {
+  auto it = settings_.find(name);
+  return it == settings_.end() ? ParamSetting{} : it->second;
+}
+
+double linear_lr(std::int64_t step, std::int64_t warmup, std::int64_t total, double lr_max, double lr_min) {
+  if (warmup > 0 && step < warmup) return lr_max * double(step + 1) / double(warmup);
+  if (step >= total) return lr_min;
+  const double t = double(step - warmup) / double(std::max<std::int64_t>(1, total - warmup));
+  return lr_max + t * (lr_min - lr_max);
+}
+
+double constant_lr(std::int64_t step, std::int64_t warmup, double lr_max) {
+  return warmup > 0 && step < warmup ? lr_max * double(step + 1) / double(warmup) : lr_max;
 }
 
 double cosine_lr(std::int64_t step, std::int64_t warmup, std::int64_t total, double lr_max, double lr_min) {

@@ -56,6 +56,15 @@ class Optimizer {
   void load_state(const std::map<std::string, Tensor>& s, std::int64_t steps, const ParamShapes& params);
   virtual const char* kind() const = 0;  // "sgd", "adamw"
 
+  // Per parameter (by name): a factor on the learning rate, and (AdamW) a weight decay of
+  // its own (>= 0; -1: the optimizer's); parameters not listed take 1 and the optimizer's.
+  // A parameter group's settings (train/trainer.h's TrainOptions::groups).
+  struct ParamSetting {
+    double lr_scale = 1;
+    double weight_decay = -1;
+  };
+  void set_param_settings(std::map<std::string, ParamSetting> s) { settings_ = std::move(s); }
+
  protected:
   // The key prefixes of this optimizer's buffers ("adam_m", "adam_v"); none: no state.
   virtual std::vector<std::string> buffer_prefixes() const = 0;
@@ -63,7 +72,9 @@ class Optimizer {
   // Throws GraphError unless every gradient has its parameter's size and every buffer of
   // it (if any) its parameter's shape.
   void check_sizes(std::span<const ParamGrad> pg, const std::vector<const std::map<std::string, Tensor>*>& bufs) const;
+  ParamSetting setting(const std::string& name) const;
   std::int64_t t_ = 0;
+  std::map<std::string, ParamSetting> settings_;
 };
 
 // p -= lr * g; with momentum m > 0: buf = m * buf + g (buf = g at the first step), p -= lr * buf.
@@ -103,5 +114,9 @@ class AdamW : public Optimizer {
 // Linear warm-up over `warmup` steps to lr_max, then cosine decay to lr_min at `total`
 // (and lr_min after it). step counts from 0.
 double cosine_lr(std::int64_t step, std::int64_t warmup, std::int64_t total, double lr_max, double lr_min);
+// The same warm-up, then a straight line from lr_max to lr_min at `total`.
+double linear_lr(std::int64_t step, std::int64_t warmup, std::int64_t total, double lr_max, double lr_min);
+// The same warm-up, then lr_max.
+double constant_lr(std::int64_t step, std::int64_t warmup, double lr_max);
 
 }  // namespace gg

@@ -114,7 +114,10 @@ Option choice(std::string name, T S::*member, std::vector<std::pair<std::string,
   o.get = [member, names](const void* s) -> OptionValue {
     for (auto& [n, v] : names)
       if (v == static_cast<const S*>(s)->*member) return n;
-    return std::string("?");
+    // A value that is none of the choices: a text member shows itself (so the check names
+    // it), another type its value's absence.
+    if constexpr (std::is_convertible_v<T, std::string>) return std::string(static_cast<const S*>(s)->*member);
+    else return std::string("(not one of the choices)");
   };
   o.set = [member, names](void* s, const OptionValue& v) {
     for (auto& [n, val] : names)

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -29,6 +30,39 @@
 
 namespace gg::train {
 
+// One parameter group of TrainOptions::groups: the parameters whose names match `pattern`
+// ('*' any run of characters, '?' one; the first group that matches a name wins) train at
+// their own peak learning rate `lr` (the run's schedule scaled by lr / TrainOptions::lr), with
+// their own weight decay (AdamW, parameters of 2+ dimensions), or not at all (`frozen`: no
+// gradient in the plan, no update, no decay, no optimizer state).
+struct ParamGroup {
+  std::string pattern;
+  double lr = -1;            // -1: the run's
+  double weight_decay = -1;  // -1: the run's
+  bool frozen = false;
+};
+// TrainOptions::groups' text, "pattern:key=value,...;pattern:frozen" with the keys lr,
+// weight_decay and frozen, as groups; throws InputError naming the part that is wrong.
+std::vector<ParamGroup> parse_groups(const std::string& text);
+// Whether `name` matches the glob `pattern`.
+bool glob_match(const std::string& pattern, const std::string& name);
+
+// What an evaluation callback sees (TrainOptions::on_eval).
+struct Evaluation {
+  std::int64_t step = 0;
+  double train_loss = NAN;  // the moving average the progress line shows
+  double val_loss = NAN;    // NaN without validation batches
+  std::vector<std::pair<std::string, double>> metrics;
+  bool final = false;       // the evaluation at the end of the run (stopping is moot there)
+};
+// What it decides: stop the run here (it ends as at its last step: final evaluation, curves,
+// checkpoint and report), and whether this evaluation's checkpoint is written (false: the
+// file keeps the one before, e.g. the best so far).
+struct EvalAction {
+  bool stop = false;
+  bool save = true;
+};
+
 // The run's options; table() describes each once (flags, JSON, checks, checkpoint).
 struct TrainOptions {
   std::string out_dir = "runs/run";   // checkpoint.safetensors, loss.csv, loss.svg
@@ -44,6 +78,16 @@ struct TrainOptions {
   bool quiet = false;                 // no progress bar (evaluations print as lines)
   bool detect_anomaly = false;        // stop at the first node that makes a NaN or an Inf, naming it
   bool grad_stats = false;            // per-parameter gradient statistics: grad_stats.csv, the log
+  // The learning-rate schedule by name: "cosine" (warm-up, then cosine decay to min_lr),
+  // "linear" (warm-up, then a straight line to min_lr), "constant" (warm-up, then lr), or the
+  // name of lr_schedule. Stored in the checkpoint: a resume under another name is refused.
+  std::string schedule = "cosine";
+  // Parameter groups, "pattern:lr=3e-4,weight_decay=0;encoder.*:frozen" (ParamGroup).
+  std::string groups;
+  // Not options (not in the table, not stored): a schedule of one's own, the learning rate
+  // at a 0-based step (give it a name in `schedule`), and a callback at each evaluation.
+  std::function<double(std::int64_t step)> lr_schedule;
+  std::function<EvalAction(const Evaluation&)> on_eval;
   static const OptionTable<TrainOptions>& table();
 };
 
@@ -52,11 +96,19 @@ struct DataSource {
   // A training batch; all its randomness must come from `rng` (so a resumed run draws the
   // same batches as an uninterrupted one).
   std::function<Batch(std::mt19937_64& rng)> train;
-  // The i-th validation batch (the same every evaluation); none: evaluations use nothing.
+  // The i-th validation batch (the same every evaluation): TrainOptions::eval_iters of them
+  // at each evaluation (20 by default) and final_eval_iters at the end (200). None: the
+  // evaluations report the training loss and `metrics` only (the run says so once).
   std::function<Batch(std::int64_t i)> val;
-  // The user's own measures at each evaluation and at the end (e.g. accuracy), by name.
-  // Use evaluation passes (m.evaluate, m.loss): a training pass here would replace the
-  // gradients of the step just taken.
+  // The user's own measures at each evaluation and at the end (e.g. accuracy), by name,
+  // from each validation batch and the evaluation pass's named outputs (and "loss"), averaged
+  // over the evaluation's batches: no second pass over them.
+  std::function<std::vector<std::pair<std::string, double>>(const Batch& batch,
+                                                            const std::map<std::string, Tensor>& outputs)>
+      batch_metrics;
+  // Measures of one's own making at each evaluation and at the end, by name. Use evaluation
+  // passes (m.evaluate, m.loss): a training pass here would replace the gradients of the step
+  // just taken.
   std::function<std::vector<std::pair<std::string, double>>(Model& m)> metrics;
   // Items in a batch for the throughput figure (e.g. tokens); default: its first dimension.
   std::function<std::int64_t(const Batch&)> items;
@@ -93,7 +145,7 @@ class Diverged : public InputError {
 };
 
 // Trains `m` (parameters created from their initializers with o.seed unless resumed or
-// already in m.params()), printing progress and reports to `out`. Throws InputError on bad
+// already in m.params()), printing progress and reports to `out` (null: silent). Throws InputError on bad
 // options or a checkpoint that does not fit, and on divergence (after saving the curves).
 FitResult fit(Model& m, const DataSource& data, const TrainOptions& o, const RunInfo& info = {},
               std::FILE* out = stdout);
@@ -103,5 +155,8 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o);
 
 // Mean loss of the model over validation batches 0..iters-1 (evaluation pass).
 double evaluate_loss(Model& m, const DataSource& data, std::int64_t iters);
+// The same, and the means of data.batch_metrics over those batches (in one pass).
+double evaluate_loss(Model& m, const DataSource& data, std::int64_t iters,
+                     std::vector<std::pair<std::string, double>>& batch_means);
 
 }  // namespace gg::train

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,6 +22,13 @@ class Tensor {
   // `values` must hold numel(shape) entries; throws GraphError naming both counts otherwise.
   static Tensor f32(Shape shape, std::span<const float> values);
   static Tensor i32(Shape shape, std::span<const std::int32_t> values);
+  // The same from a braced list: Tensor::f32({2, 2}, {1, 0, 0, 1}).
+  static Tensor f32(Shape shape, std::initializer_list<float> values) {
+    return f32(std::move(shape), std::span<const float>(values.begin(), values.size()));
+  }
+  static Tensor i32(Shape shape, std::initializer_list<std::int32_t> values) {
+    return i32(std::move(shape), std::span<const std::int32_t>(values.begin(), values.size()));
+  }
 
   Tensor(const Tensor& o);
   Tensor& operator=(const Tensor& o);
