@@ -8,9 +8,11 @@
 set(prefix ${WORK_DIR}/prefix)
 set(build ${WORK_DIR}/build)
 file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
 
 function(run what)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out
+                  WORKING_DIRECTORY ${WORK_DIR})
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "install_consumer: ${what} failed (${rc}):\n${out}")
   endif()
@@ -63,5 +65,8 @@ find_program(consumer NAMES consumer PATHS ${build} ${build}/Release NO_DEFAULT_
 if(NOT consumer)
   message(FATAL_ERROR "install_consumer: no consumer executable in ${build}")
 endif()
+# From a directory with no data/ and without GRADGRAPH_DATA_DIR: the package tells the
+# program where its data is.
+unset(ENV{GRADGRAPH_DATA_DIR})
 run("run the consumer" ${consumer})
 message(STATUS "${run_output}")

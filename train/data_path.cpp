@@ -14,10 +14,20 @@ namespace gg::train {
 
 namespace fs = std::filesystem;
 
+namespace {
+std::string& installed_dir() {
+  static std::string dir;
+  return dir;
+}
+}  // namespace
+
+void set_installed_data_dir(std::string dir) { installed_dir() = std::move(dir); }
+
 std::string find_data_file(const std::string& name) {
   std::vector<fs::path> places;
   if (const char* dir = std::getenv("GRADGRAPH_DATA_DIR"); dir && *dir) places.push_back(fs::path(dir) / name);
   places.push_back(fs::path("data") / name);
+  if (!installed_dir().empty()) places.push_back(fs::path(installed_dir()) / name);
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec && exe.has_parent_path()) {

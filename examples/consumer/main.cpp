@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 using namespace gg;
@@ -44,6 +45,11 @@ int main() {
   want.insert(want.end(), {0.95f, 1.9f, 2.85f});
   bool ok = true;
   for (std::size_t i = 0; i < want.size(); ++i) ok = ok && std::fabs(got[i] - want[i]) < 1e-5f;
+  // The installed package's data, found from wherever this program runs (CTest runs it in
+  // its build directory, with no GRADGRAPH_DATA_DIR).
+  const std::string digits = train::find_data_file("digits.csv");
+  std::printf("data: %s\n", digits.c_str());
+  ok = ok && digits.find("share/gradgraph/data/digits.csv") != std::string::npos;
   std::printf("loss %.4f, dW (%.4f, %.4f, %.4f), db %.4f, after SGD W (%.4f, %.4f, %.4f): %s\n", got[0], got[1],
               got[2], got[3], got[4], got[5], got[6], got[7], ok ? "ok" : "WRONG");
   return ok ? 0 : 1;
