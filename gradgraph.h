@@ -55,6 +55,7 @@
 #include "train/plot.h"
 #include "train/progress.h"
 #include "train/replay.h"
+#include "train/session.h"
 #include "train/trainer.h"
 
 // models: the reference GPT, the char-LM job, the encoder-decoder, the ViT and the digits job,

@@ -139,7 +139,7 @@ const std::vector<ParamInfo>& Model::param_table() const {
 
 void Model::init_params(std::uint64_t seed) {
   if (!decl_graph_) throw InputError(fmt::format("model '{}': declare it with a batch before initializing it", kind_));
-  params_.init_missing(*decl_graph_, seed);
+  params_->init_missing(*decl_graph_, seed);
 }
 
 Model::Plan& Model::plan(const Batch& b, bool training) {
@@ -167,7 +167,7 @@ Model::Plan& Model::plan(const Batch& b, bool training) {
       if (!frozen_.count(pi.name)) p->names.push_back(pi.name);
     outs.insert(outs.end(), p->grads.begin(), p->grads.end());
   }
-  p->ex = std::make_unique<Executor>(*p->g, outs, params_, 0, plan_options_);
+  p->ex = std::make_unique<Executor>(*p->g, outs, *params_, 0, plan_options_);
   if (detect_anomaly_) p->ex->set_detect_anomaly(true);
   return *plans_.emplace(key, std::move(p)).first->second;
 }
@@ -214,7 +214,7 @@ std::vector<ParamGrad> Model::grads() {
   std::vector<ParamGrad> r;
   for (std::size_t i = 0; i < last_train_->names.size(); ++i) {
     const std::string& name = last_train_->names[i];
-    r.push_back({name, &params_.at(name), last_train_->ex->value(last_train_->grads[i]).fspan()});
+    r.push_back({name, &params_->at(name), last_train_->ex->value(last_train_->grads[i]).fspan()});
   }
   return r;
 }
@@ -239,6 +239,12 @@ View Model::train_output(const std::string& name) const {
 }
 
 Executor& Model::plan_for(const Batch& b, bool training) { return *plan(b, training).ex; }
+
+void Model::share_params(Model& other) {
+  if (!plans_.empty())
+    throw InputError(fmt::format("model '{}': share_params after a plan was built; share before the first pass", kind_));
+  params_ = other.params_;
+}
 
 void Model::set_frozen(const std::vector<std::string>& names) {
   frozen_ = std::set<std::string>(names.begin(), names.end());

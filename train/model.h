@@ -79,8 +79,13 @@ class Model {
 
   const std::string& kind() const { return kind_; }
   const std::string& options_json() const { return options_json_; }
-  ParamStore& params() { return params_; }
-  const ParamStore& params() const { return params_; }
+  ParamStore& params() { return *params_; }
+  const ParamStore& params() const { return *params_; }
+  // From now on this model's parameters are `other`'s: one store, so a parameter both
+  // declare (a GAN's discriminator, read by the generator's loss) is one tensor. Before the
+  // first pass (InputError otherwise).
+  void share_params(Model& other);
+  bool shares_params_with(const Model& other) const { return params_ == other.params_; }
 
   // Declares the model for a batch's shapes (if not yet) and returns its parameters in
   // declaration order. Every batch shape declares the same parameters.
@@ -139,7 +144,7 @@ class Model {
 
   std::string kind_, options_json_;
   BuildFn build_;
-  ParamStore params_;
+  std::shared_ptr<ParamStore> params_ = std::make_shared<ParamStore>();
   std::vector<ParamInfo> table_;
   bool declared_ = false;
   std::unique_ptr<Graph> decl_graph_;  // the graph that declared the table (for init_params)

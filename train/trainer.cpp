@@ -13,6 +13,7 @@
 #include "train/checkpoint.h"
 #include "train/plot.h"
 #include "train/progress.h"
+#include "train/run_util.h"
 
 namespace gg::train {
 
@@ -176,14 +177,6 @@ std::vector<ParamGroup> parse_groups(const std::string& text) {
   return groups;
 }
 
-namespace {
-
-std::int64_t batch_items(const DataSource& d, const Batch& b) {
-  if (d.items) return d.items(b);
-  const Shape& s = b.begin()->second.shape();
-  return s.empty() ? 1 : s[0];
-}
-
 Series* series(std::vector<Series>& curves, const std::string& name) {
   for (Series& s : curves)
     if (s.name == name) return &s;
@@ -191,12 +184,10 @@ Series* series(std::vector<Series>& curves, const std::string& name) {
   return &curves.back();
 }
 
-// loss.csv: train, val and grad_norm; loss.svg: train and val; metrics.csv/svg: the
-// user's measures, when there are any.
 void write_curves(const std::string& dir, const std::string& title, const std::vector<Series>& curves) {
   std::vector<Series> loss, plotted, metrics;
   for (const Series& s : curves) {
-    const bool is_loss = s.name == "train" || s.name == "val";
+    const bool is_loss = s.name == "train" || s.name == "val" || s.name.ends_with(".loss");
     if (is_loss || s.name == "grad_norm") loss.push_back(s);
     if (is_loss) plotted.push_back(s);
     if (!is_loss && s.name != "grad_norm") metrics.push_back(s);
@@ -209,16 +200,84 @@ void write_curves(const std::string& dir, const std::string& title, const std::v
   }
 }
 
-// The data and dropout generators as one line of text, and back.
-std::string rng_text(const std::mt19937_64& data, const std::mt19937_64& dropout) {
+std::string rng_text(const std::mt19937_64& data, const std::mt19937_64& dropout) { return rngs_text({&data, &dropout}); }
+void restore_rngs(const std::string& text, const std::string& path, std::mt19937_64& data, std::mt19937_64& dropout) {
+  restore_rngs(text, path, std::vector<std::mt19937_64*>{&data, &dropout});
+}
+
+std::string rngs_text(const std::vector<const std::mt19937_64*>& gens) {
   std::ostringstream s;
-  s << data << ' ' << dropout;
+  for (std::size_t i = 0; i < gens.size(); ++i) s << (i ? " " : "") << *gens[i];
   return s.str();
 }
-void restore_rngs(const std::string& text, const std::string& path, std::mt19937_64& data, std::mt19937_64& dropout) {
+
+void restore_rngs(const std::string& text, const std::string& path, const std::vector<std::mt19937_64*>& gens) {
   std::istringstream s(text);
-  if (!(s >> data >> dropout) || !(s >> std::ws).eof())
-    throw InputError(fmt::format("{}: the RNG state is damaged (expected two mt19937_64 states)", path));
+  for (std::mt19937_64* g : gens)
+    if (!(s >> *g)) break;
+  if (!s || !(s >> std::ws).eof())
+    throw InputError(fmt::format("{}: the RNG state is damaged (expected {} mt19937_64 states)", path, gens.size()));
+}
+
+void check_schedule(const TrainOptions& o) {
+  const bool builtin = o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant";
+  if (!builtin && !o.lr_schedule)
+    throw InputError(fmt::format("training options: key 'schedule': '{}' is none of cosine, linear, constant, and no "
+                                 "lr_schedule function is given", o.schedule.substr(0, 60)));
+  if (builtin && o.lr_schedule)
+    throw InputError(fmt::format("training options: key 'schedule': an lr_schedule function needs a name of its own, "
+                                 "not '{}'", o.schedule));
+}
+
+std::vector<std::string> apply_groups(Model& m, Optimizer& optim, const TrainOptions& o) {
+  const std::vector<ParamGroup> groups = parse_groups(o.groups);
+  std::vector<std::string> frozen;
+  std::map<std::string, Optimizer::ParamSetting> settings;
+  std::vector<std::size_t> matched(groups.size(), 0);
+  for (const ParamInfo& p : m.param_table())
+    for (std::size_t k = 0; k < groups.size(); ++k) {
+      if (!glob_match(groups[k].pattern, p.name)) continue;
+      ++matched[k];
+      if (groups[k].frozen) frozen.push_back(p.name);
+      else settings[p.name] = {groups[k].lr > 0 ? groups[k].lr / o.lr : 1.0, groups[k].weight_decay};
+      break;
+    }
+  for (std::size_t k = 0; k < groups.size(); ++k)
+    if (matched[k] == 0) {
+      std::vector<std::string> names;
+      for (const ParamInfo& p : m.param_table()) names.push_back(p.name);
+      names.resize(std::min<std::size_t>(names.size(), 4));
+      throw InputError(fmt::format("training options: key 'groups': pattern '{}' matches no parameter (the model has "
+                                   "{}{})", groups[k].pattern.substr(0, 60), fmt::join(names, ", "),
+                                   m.param_table().size() > 4 ? ", ..." : ""));
+    }
+  if (frozen.size() == m.param_table().size())
+    throw InputError("training options: key 'groups': every parameter is frozen; nothing would train");
+  m.set_frozen(frozen);
+  optim.set_param_settings(std::move(settings));
+  return frozen;
+}
+
+// The learning rate of optimizer step `step` (0-based), at the run's peak lr.
+double scheduled_lr(const TrainOptions& o, std::int64_t step) {
+  if (o.lr_schedule) {
+    const double lr = o.lr_schedule(step);
+    if (!std::isfinite(lr) || lr < 0)
+      throw InputError(fmt::format("schedule '{}' gave learning rate {} at step {}", o.schedule, lr, step));
+    return lr;
+  }
+  if (o.schedule == "linear") return linear_lr(step, o.warmup, o.steps, o.lr, o.min_lr);
+  if (o.schedule == "constant") return constant_lr(step, o.warmup, o.lr);
+  return cosine_lr(step, o.warmup, o.steps, o.lr, o.min_lr);
+}
+
+
+namespace {
+
+std::int64_t batch_items(const DataSource& d, const Batch& b) {
+  if (d.items) return d.items(b);
+  const Shape& s = b.begin()->second.shape();
+  return s.empty() ? 1 : s[0];
 }
 
 // One call of fit(): its state and its phases.
@@ -239,50 +298,9 @@ class Run {
     if (out_) std::fflush(out_);
   }
 
-  // The parameter groups, once the model is declared: each parameter's learning-rate factor
-  // and weight decay for the optimizer, the frozen ones for the model. A pattern that
-  // matches no parameter is refused, naming a few the model has.
-  void setup_groups() {
-    const std::vector<ParamGroup> groups = parse_groups(o_.groups);
-    std::vector<std::string> frozen;
-    std::map<std::string, Optimizer::ParamSetting> settings;
-    std::vector<std::size_t> matched(groups.size(), 0);
-    for (const ParamInfo& p : m_.param_table())
-      for (std::size_t k = 0; k < groups.size(); ++k) {
-        if (!glob_match(groups[k].pattern, p.name)) continue;
-        ++matched[k];
-        if (groups[k].frozen) frozen.push_back(p.name);
-        else settings[p.name] = {groups[k].lr > 0 ? groups[k].lr / o_.lr : 1.0, groups[k].weight_decay};
-        break;
-      }
-    for (std::size_t k = 0; k < groups.size(); ++k)
-      if (matched[k] == 0) {
-        std::vector<std::string> names;
-        for (const ParamInfo& p : m_.param_table()) names.push_back(p.name);
-        names.resize(std::min<std::size_t>(names.size(), 4));
-        throw InputError(fmt::format("training options: key 'groups': pattern '{}' matches no parameter (the model has "
-                                     "{}{})", groups[k].pattern.substr(0, 60), fmt::join(names, ", "),
-                                     m_.param_table().size() > 4 ? ", ..." : ""));
-      }
-    if (frozen.size() == m_.param_table().size())
-      throw InputError("training options: key 'groups': every parameter is frozen; nothing would train");
-    m_.set_frozen(frozen);
-    optim_->set_param_settings(std::move(settings));
-    frozen_ = std::move(frozen);
-  }
+  void setup_groups() { frozen_ = apply_groups(m_, *optim_, o_); }
 
-  // The learning rate of optimizer step `step` (0-based), at the run's peak lr.
-  double lr_at(std::int64_t step) const {
-    if (o_.lr_schedule) {
-      const double lr = o_.lr_schedule(step);
-      if (!std::isfinite(lr) || lr < 0)
-        throw InputError(fmt::format("schedule '{}' gave learning rate {} at step {}", o_.schedule, lr, step));
-      return lr;
-    }
-    if (o_.schedule == "linear") return linear_lr(step, o_.warmup, o_.steps, o_.lr, o_.min_lr);
-    if (o_.schedule == "constant") return constant_lr(step, o_.warmup, o_.lr);
-    return cosine_lr(step, o_.warmup, o_.steps, o_.lr, o_.min_lr);
-  }
+  double lr_at(std::int64_t step) const { return scheduled_lr(o_, step); }
 
   // The first batch, drawn from a copy of the generator: declares the model, sizes its plan.
   Batch first_batch() {
@@ -539,13 +557,7 @@ FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const 
   TrainOptions o = opts;
   TrainOptions::table().validate(&o, "training options");
   if (!data.train) throw InputError("fit: the data source has no training batches");
-  const bool builtin = o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant";
-  if (!builtin && !o.lr_schedule)
-    throw InputError(fmt::format("training options: key 'schedule': '{}' is none of cosine, linear, constant, and no "
-                                 "lr_schedule function is given", o.schedule.substr(0, 60)));
-  if (builtin && o.lr_schedule)
-    throw InputError(fmt::format("training options: key 'schedule': an lr_schedule function needs a name of its own, "
-                                 "not '{}'", o.schedule));
+  check_schedule(o);
   // A warm-up as long as the run never reaches the peak rate: a tenth of the run instead.
   std::int64_t asked_warmup = -1;
   if (o.warmup > 0 && o.warmup >= o.steps && !o.lr_schedule) {

@@ -1,0 +1,35 @@
+// What fit() and Session share: the curves' files, the generators as text, the parameter
+// groups and the learning-rate schedule. Internal to train/: not installed.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "train/trainer.h"
+
+namespace gg::train {
+
+// The curve `name` of `curves`, added (empty) when there is none.
+Series* series(std::vector<Series>& curves, const std::string& name);
+// loss.csv: train, val and grad_norm (and any "<part>.loss"); loss.svg: the losses;
+// metrics.csv/svg: everything else, when there is anything.
+void write_curves(const std::string& dir, const std::string& title, const std::vector<Series>& curves);
+// Generators as one line of text, and back (InputError naming `path` when damaged).
+std::string rng_text(const std::mt19937_64& data, const std::mt19937_64& dropout);
+void restore_rngs(const std::string& text, const std::string& path, std::mt19937_64& data, std::mt19937_64& dropout);
+std::string rngs_text(const std::vector<const std::mt19937_64*>& gens);
+void restore_rngs(const std::string& text, const std::string& path, const std::vector<std::mt19937_64*>& gens);
+
+// Throws InputError unless `schedule` names a built-in schedule and no lr_schedule is given,
+// or another name and an lr_schedule.
+void check_schedule(const TrainOptions& o);
+// The learning rate of optimizer step `step` (0-based) under o's schedule.
+double scheduled_lr(const TrainOptions& o, std::int64_t step);
+// o.groups applied to a declared model and its optimizer: per-parameter learning-rate
+// factors and weight decays, the frozen parameters (returned). InputError for a pattern that
+// matches nothing, or when every parameter would be frozen.
+std::vector<std::string> apply_groups(Model& m, Optimizer& optim, const TrainOptions& o);
+
+}  // namespace gg::train
