@@ -67,6 +67,11 @@ Expr gelu(Expr x, GeluKind kind, Loc loc) {
   return 0.5f * (x * (1.f + tanh(inner)));
 }
 
+Expr silu(Expr x, Loc loc) {
+  UserSite site(graph_of("silu", loc, {x}), loc);
+  return x * sigmoid(x);
+}
+
 Expr cross_entropy(Expr logits, Expr targets, int ignore_index, Loc loc) {
   Graph& g = graph_of("cross_entropy", loc, {logits, targets});
   UserSite site(g, loc);
@@ -228,6 +233,23 @@ Expr dropout(Expr x, float p, bool training, Loc loc) {
   if (p >= 1.f) fail_at_call(g, "dropout", loc, fmt::format("probability {} must be < 1", p));
   Expr keep = compare(Expr{&g, op::random(g, x.shape(), loc)}, scalar(g, p), Cmp::ge, loc);  // keep: like x, 1 w.p. 1-p
   return x * keep * (1.f / (1.f - p));
+}
+
+Expr random_uniform(Graph& g, Shape shape, float lo, float hi, Loc loc) {
+  UserSite site(g, loc);
+  NameScope scope(g, "random_uniform");
+  if (!(lo < hi)) fail_at_call(g, "random_uniform", loc, fmt::format("needs lo < hi, got lo {} and hi {}", lo, hi));
+  Expr u{&g, op::random(g, std::move(shape), loc)};  // u: uniform in [0, 1)
+  return u * (hi - lo) + lo;
+}
+
+Expr random_normal(Graph& g, Shape shape, Loc loc) {
+  UserSite site(g, loc);
+  NameScope scope(g, "random_normal");
+  Expr u1{&g, op::random(g, shape, loc)};             // u1, u2: uniform in [0, 1), independent
+  Expr u2{&g, op::random(g, std::move(shape), loc)};
+  Expr radius = sqrt(log(1.f - u1) * -2.f);           // 1 - u1 in (0, 1]: a finite log
+  return radius * cos(u2 * float(2 * std::numbers::pi));
 }
 
 AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt, Loc loc) {

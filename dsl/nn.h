@@ -30,6 +30,9 @@ enum class GeluKind { erf, tanh };
 // 0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation.
 Expr gelu(Expr x, GeluKind kind = GeluKind::erf, Loc loc = Loc::current());
 
+// x * sigmoid(x): SiLU (swish), the gate of SwiGLU's silu(x W1) * (x W3).
+Expr silu(Expr x, Loc loc = Loc::current());
+
 // Mean over non-ignored positions of -log_softmax(logits)[target].
 // logits: (..., V) f32, targets: (...) i32; targets equal to ignore_index do not count.
 // At run time a batch whose targets are all ignore_index throws GraphError (instead of a
@@ -76,6 +79,17 @@ Expr padding_mask(Expr keep, Loc loc = Loc::current());
 Expr padding_mask_from_ids(Expr ids, std::int64_t pad_id, Loc loc = Loc::current());
 // scores where mask is nonzero, -inf where it is 0, the mask applied by the rule above.
 Expr masked_fill(Expr scores, Expr mask, Loc loc = Loc::current());
+
+// Noise drawn anew at each run from the executor's generator (Executor::rng(): the one a
+// train::Model seeds and a checkpoint stores, so a resumed run draws the same noise). It is
+// a leaf of the gradient: nothing flows into it, and mu + sigma * random_normal(g, shape)
+// (the reparameterization) has the gradients of mu and sigma with the noise held fixed.
+// random_uniform: lo + (hi - lo) u, u uniform in [0, 1) (hi itself only by rounding); lo < hi.
+Expr random_uniform(Graph& g, Shape shape, float lo = 0.f, float hi = 1.f, Loc loc = Loc::current());
+// Standard normal (mean 0, variance 1) by Box-Muller from two uniform draws u1, u2:
+// sqrt(-2 log(1 - u1)) cos(2 pi u2). The tails end at |z| = 5.8 (1 - u1 >= 2^-24), which a
+// true normal passes with probability 8e-9.
+Expr random_normal(Graph& g, Shape shape, Loc loc = Loc::current());
 
 // Inverted dropout: zeroes each element with probability p and scales the rest by
 // 1 / (1 - p); the identity when !training or p == 0.

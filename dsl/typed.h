@@ -223,17 +223,40 @@ class T {
 
 // --- Leaves -----------------------------------------------------------------------------
 
-// An input of this type; `run_time` gives the run-time dimensions in order. x: (D...)
+namespace detail {
+// The shape (D...) with run_time's sizes, in order, for its run-time dimensions; a
+// GraphError from `what` at loc unless there is exactly one size for each.
 template <Dimension... D>
-T<D...> input(Graph& g, const std::string& name, std::vector<std::int64_t> run_time = {}, DType dtype = DType::f32,
-              Loc loc = Loc::current()) {
+Shape shape_of(Graph& g, const char* what, const std::string& name, const std::vector<std::int64_t>& run_time, Loc loc) {
   Shape shape;
   std::size_t next = 0;
   ((shape.push_back(is_static<D> ? size_of<D>() : next < run_time.size() ? run_time[next++] : -1)), ...);
   if (next != run_time.size() || std::find(shape.begin(), shape.end(), -1) != shape.end())
-    fail_at_call(g, "typed::input", loc,
-                 "give one size for each run-time dimension of '" + name + "', in order");
-  return T<D...>(dsl::input(g, name, shape, dtype, loc), loc);
+    fail_at_call(g, what, loc, "give one size for each run-time dimension of '" + name + "', in order");
+  return shape;
+}
+}  // namespace detail
+
+// An input of this type; `run_time` gives the run-time dimensions in order. x: (D...)
+template <Dimension... D>
+T<D...> input(Graph& g, const std::string& name, std::vector<std::int64_t> run_time = {}, DType dtype = DType::f32,
+              Loc loc = Loc::current()) {
+  Shape shape = detail::shape_of<D...>(g, "typed::input", name, run_time, loc);
+  return T<D...>(dsl::input(g, name, std::move(shape), dtype, loc), loc);
+}
+
+// Noise of this type, drawn anew at each run (dsl::random_uniform, dsl::random_normal);
+// `run_time` gives the run-time dimensions in order. (D...)
+template <Dimension... D>
+T<D...> random_uniform(Graph& g, std::vector<std::int64_t> run_time = {}, float lo = 0.f, float hi = 1.f,
+                       Loc loc = Loc::current()) {
+  Shape shape = detail::shape_of<D...>(g, "typed::random_uniform", "random_uniform", run_time, loc);
+  return T<D...>(dsl::random_uniform(g, std::move(shape), lo, hi, loc), loc);
+}
+template <Dimension... D>
+T<D...> random_normal(Graph& g, std::vector<std::int64_t> run_time = {}, Loc loc = Loc::current()) {
+  Shape shape = detail::shape_of<D...>(g, "typed::random_normal", "random_normal", run_time, loc);
+  return T<D...>(dsl::random_normal(g, std::move(shape), loc), loc);
 }
 
 // A parameter with fixed dimensions only. w: (D...)
@@ -284,6 +307,25 @@ T<A...> operator-(const T<A...>& a) {
   return T<A...>(-Operand(Expr(a), a.loc()), a.loc());
 }
 
+// The binary element-wise primitives of ops/ir/op_list.def, one each, broadcasting as the
+// operators do: maximum(a, b), add(a, b), ...
+#define GG_TYPED_leaf(name)
+#define GG_TYPED_other(name)
+#define GG_TYPED_unary(name)
+#define GG_TYPED_binary(name)                                                           \
+  template <class... A, class... B>                                                   \
+  auto name(const T<A...>& a, const T<B...>& b, Loc loc = Loc::current()) {           \
+    using R = typename decltype(detail::elementwise<text{#name}>(a, b))::type;        \
+    return R(dsl::name(a, b, loc), loc);                                              \
+  }
+#define OP(name, arity, family) GG_TYPED_##family(name)
+#include "../ops/ir/op_list.def"
+#undef OP
+#undef GG_TYPED_leaf
+#undef GG_TYPED_other
+#undef GG_TYPED_binary
+#undef GG_TYPED_unary
+
 // Unary element-wise ops and the shape-preserving composites: x: (D...) -> (D...).
 // The unary primitives of ops/ir/op_list.def, one each: exp(x), tanh(x), ...
 #define GG_TYPED_leaf(name)
@@ -304,6 +346,10 @@ T<A...> operator-(const T<A...>& a) {
 template <class... D>
 T<D...> gelu(const T<D...>& x, GeluKind kind = GeluKind::erf, Loc loc = Loc::current()) {
   return T<D...>(dsl::gelu(x, kind, loc), loc);
+}
+template <class... D>
+T<D...> silu(const T<D...>& x, Loc loc = Loc::current()) {
+  return T<D...>(dsl::silu(x, loc), loc);
 }
 template <class... D>
 T<D...> dropout(const T<D...>& x, float p, bool training, Loc loc = Loc::current()) {
@@ -333,6 +379,49 @@ template <class... D>
 T<> mean_all(const T<D...>& x, Loc loc = Loc::current()) { return T<>(dsl::mean_all(x, loc), loc); }
 template <class... D>
 T<> sum_all(const T<D...>& x, Loc loc = Loc::current()) { return T<>(dsl::sum_all(x, loc), loc); }
+
+namespace detail {
+// Done... followed by list Rest... without its I-th entry.
+template <std::size_t I, class Done, class Rest>
+struct drop;
+template <std::size_t I, class... Done, class X, class... Rest>
+struct drop<I, list<Done...>, list<X, Rest...>> {
+  using type = typename drop<I - 1, list<Done..., X>, list<Rest...>>::type;
+};
+template <class... Done, class X, class... Rest>
+struct drop<0, list<Done...>, list<X, Rest...>> {
+  using type = list<Done..., Rest...>;
+};
+
+// T<D...> reduced over axis A (0 <= A < rank): the axis dropped, or Dim<1> in its place
+// with Keepdim.
+template <int A, bool Keepdim, class... D>
+struct reduced {
+  template <std::size_t... I>
+  static auto kept(std::index_sequence<I...>) -> T<std::conditional_t<int(I) == A, Dim<1>, at<I, D...>>...>;
+  using type = std::conditional_t<Keepdim, decltype(kept(std::make_index_sequence<sizeof...(D)>{})),
+                                  as_t_t<typename drop<std::size_t(A), list<>, list<D...>>::type>>;
+};
+}  // namespace detail
+
+// Sum, mean and max over axis A (negative counts from the end), the axis dropped or, with
+// Keepdim, kept as Dim<1>: sum<1>(x), mean<-1, true>(x). x: (..., N, ...) -> (..., ...)
+#define GG_TYPED_REDUCTION(NAME)                                                                 \
+  template <int A, bool Keepdim = false, class... D>                                             \
+  auto NAME(const T<D...>& x, Loc loc = Loc::current()) {                                        \
+    constexpr int r = int(sizeof...(D)), a = detail::axis_of(A, r);                              \
+    if constexpr (a < 0 || a >= r) {                                                             \
+      shape_error<detail::say("axis {} for rank {}", A, r, 0, #NAME)> error;                     \
+      return x;                                                                                  \
+    } else {                                                                                     \
+      using R = typename detail::reduced<a, Keepdim, D...>::type;                                \
+      return R(dsl::NAME(x, A, Keepdim, loc), loc);                                              \
+    }                                                                                            \
+  }
+GG_TYPED_REDUCTION(sum)
+GG_TYPED_REDUCTION(mean)
+GG_TYPED_REDUCTION(max)
+#undef GG_TYPED_REDUCTION
 
 // --- Linear algebra ------------------------------------------------------------------------
 
@@ -406,6 +495,128 @@ auto permute(const T<D...>& x, Loc loc = Loc::current()) {
     return x;
   } else {
     return T<detail::at<std::size_t(P), D...>...>(dsl::permute(x, {P...}, loc), loc);
+  }
+}
+
+// x[..., Begin:End, ...] along axis A (negative counts from the end), 0 <= Begin < End, End
+// at most the axis's size when that is fixed (a run-time size is checked when the graph is
+// built). x: (..., N, ...) -> (..., End - Begin, ...)
+template <int A, std::int64_t Begin, std::int64_t End, class... D>
+auto slice(const T<D...>& x, Loc loc = Loc::current()) {
+  constexpr int r = int(sizeof...(D)), a = detail::axis_of(A, r);
+  if constexpr (a < 0 || a >= r) {
+    shape_error<detail::say("slice: axis {} for rank {}", A, r)> error;
+    return x;
+  } else if constexpr (Begin < 0 || End <= Begin) {
+    shape_error<detail::say("slice: range [{}, {}) is empty or starts below 0", Begin, End)> error;
+    return x;
+  } else if constexpr (is_static<detail::at<std::size_t(a), D...>> && End > size_of<detail::at<std::size_t(a), D...>>()) {
+    shape_error<detail::say("slice: range [{}, {}) outside a dimension of {}", Begin, End,
+                            size_of<detail::at<std::size_t(a), D...>>())> error;
+    return x;
+  } else {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return T<std::conditional_t<int(I) == a, Dim<End - Begin>, detail::at<I, D...>>...>(
+          dsl::slice(x, A, Begin, End, loc), loc);
+    }(std::make_index_sequence<sizeof...(D)>{});
+  }
+}
+
+namespace detail {
+// The I-th dimension of a typed handle type.
+template <std::size_t I, class X>
+struct dim_at;
+template <std::size_t I, class... D>
+struct dim_at<I, T<D...>> {
+  using type = at<I, D...>;
+};
+
+// The first axis on which two operands' fixed sizes differ (-1: none), and the two sizes.
+struct mismatch {
+  int axis = -1;
+  std::int64_t x = 0, y = 0;
+};
+
+// One dimension that concatenated operands share: a fixed size wins over a run-time one,
+// two run-time tags that differ give Any (the sizes are checked when the graph is built).
+template <class... X>
+struct shared_dim;
+template <class X>
+struct shared_dim<X> {
+  using type = X;
+};
+template <class X, class Y, class... Rest>
+struct shared_dim<X, Y, Rest...> {
+  using type = typename shared_dim<std::conditional_t<is_static<X>, X,
+                                                      std::conditional_t<is_static<Y>, Y,
+                                                                         std::conditional_t<std::is_same_v<X, Y>, X, Any>>>,
+                                   Rest...>::type;
+};
+// shared_dim of the I-th dimensions of Xs...
+template <std::size_t I, class... Xs>
+using shared_at = typename shared_dim<typename dim_at<I, Xs>::type...>::type;
+
+// The type of concatenating First, Rest... along axis A (0 <= A < rank): Dim<Total> there
+// when Fixed, else Any; shared_dim elsewhere.
+template <int A, bool Fixed, std::int64_t Total, class First, class... Rest>
+struct concatenated;
+template <int A, bool Fixed, std::int64_t Total, class... D, class... Rest>
+struct concatenated<A, Fixed, Total, T<D...>, Rest...> {
+  template <std::size_t... I>
+  static auto make(std::index_sequence<I...>)
+      -> T<std::conditional_t<int(I) == A, std::conditional_t<Fixed, Dim<(Fixed ? Total : 1)>, Any>,
+                              shared_at<I, T<D...>, Rest...>>...>;
+  using type = decltype(make(std::make_index_sequence<sizeof...(D)>{}));
+};
+}  // namespace detail
+
+// The operands joined along axis A (negative counts from the end): the same rank, and the
+// same size on every other axis. The result's axis A is the sum when every operand's is
+// fixed, else Any. Its nodes are recorded at the latest operand's line (as an operator's;
+// a variadic function cannot take a defaulted source location after its operands).
+// xs: (..., N_i, ...) -> (..., sum N_i, ...)
+template <int A, class... D, class... Rest>
+auto concat(const T<D...>& first, const Rest&... rest) {
+  constexpr int r = int(sizeof...(D)), a = detail::axis_of(A, r);
+  constexpr int ranks[] = {r, Rest::rank...};
+  // The first operand whose rank differs (0 = none), then the first other axis on which two
+  // fixed sizes differ, with the sizes.
+  constexpr int bad_rank = [&] {
+    for (int k = 1; k <= int(sizeof...(Rest)); ++k)
+      if (ranks[k] != r) return k;
+    return 0;
+  }();
+  if constexpr (a < 0 || a >= r) {
+    shape_error<detail::say("concat: axis {} for rank {}", A, r)> error;
+    return first;
+  } else if constexpr (bad_rank != 0) {
+    shape_error<detail::say("concat: ranks differ ({} vs {})", r, ranks[bad_rank])> error;
+    return first;
+  } else {
+    constexpr const std::int64_t* sizes[] = {T<D...>::sizes, Rest::sizes...};
+    constexpr detail::mismatch bad = [&] {
+      for (int i = 0; i < r; ++i) {
+        if (i == a) continue;
+        std::int64_t seen = -1;
+        for (const std::int64_t* s : sizes) {
+          if (s[i] < 0) continue;
+          if (seen >= 0 && s[i] != seen) return detail::mismatch{i, seen, s[i]};
+          seen = s[i];
+        }
+      }
+      return detail::mismatch{};
+    }();
+    if constexpr (bad.axis >= 0) {
+      shape_error<detail::say("concat: dimension {} differs ({} vs {})", bad.axis, bad.x, bad.y)> error;
+      return first;
+    } else {
+      constexpr bool fixed = ((sizes[0][a] >= 0) && ... && (Rest::sizes[a] >= 0));
+      constexpr std::int64_t total = (sizes[0][a] + ... + Rest::sizes[a]);
+      Loc loc = first.loc();
+      ((loc = detail::later(loc, rest.loc())), ...);
+      using R = typename detail::concatenated<a, fixed, total, T<D...>, Rest...>::type;
+      return R(dsl::concat({Expr(first), Expr(rest)...}, A, loc), loc);
+    }
   }
 }
 

@@ -26,9 +26,6 @@ struct LmSize {
   std::int64_t V, d_model, n_layer, n_head, n_kv_head;
 };
 
-// x * sigmoid(x), SwiGLU's gate.
-static Expr silu(Expr x) { return x * sigmoid(x); }
-
 // One LLaMA-style block: x + attn(rms_norm(x)), then x + fc2(silu(fc1(h)) * gate(h)).
 static Expr llama_block(Expr x, const std::string& name, LmSize s, Expr mask) {
   Graph& g = *x.g;

@@ -44,18 +44,42 @@ inline NodeId param_with(Graph& g, Case& c, const std::string& name, Shape s, st
   c.params.set(name, Tensor::f32(s, v));
   return op::param(g, name, s, Init{});
 }
+// The seed of param_rand's values for a param named `name`.
+inline unsigned name_seed(const std::string& name, unsigned seed = 7) {
+  return seed + unsigned(name.size()) * 31u + unsigned(name[0]);
+}
 inline NodeId param_rand(Graph& g, Case& c, const std::string& name, Shape s, float lo = -1.f, float hi = 1.f,
                   unsigned seed = 7) {
-  return param_with(g, c, name, s, vals(numel(s), lo, hi, seed + unsigned(name.size()) * 31u + unsigned(name[0])));
+  return param_with(g, c, name, s, vals(numel(s), lo, hi, name_seed(name, seed)));
+}
+
+// The sample domain of a unary element-wise primitive: [lo, hi) without (-gap, gap), for
+// an op with a kink at 0 (relu, abs), where the gradient check's central differences
+// would straddle it.
+struct Domain {
+  float lo, hi;
+  float gap = 0.f;
+};
+
+// Deterministic sample values spread evenly over domain d (lo < -gap and gap < hi when gap > 0):
+// u drawn from [lo, hi - 2 gap), moved up by 2 gap from -gap on. With gap 0, vals(n, lo, hi, seed).
+inline std::vector<float> vals(std::int64_t n, const Domain& d, unsigned seed) {
+  std::vector<float> v = vals(n, d.lo, d.hi - 2 * d.gap, seed);
+  if (d.gap > 0)
+    for (float& x : v)
+      if (x >= -d.gap) x += 2 * d.gap;
+  return v;
 }
 
 // The sample domain of each unary element-wise primitive: its gradient-check entry and the
 // generic record tests (tests/ops/test_records.cpp) draw values from it.
-inline const std::map<OpKind, std::pair<float, float>>& unary_ranges() {
-  static const std::map<OpKind, std::pair<float, float>> r = {
-      {OpKind::neg, {-2.f, 2.f}},    {OpKind::exp, {-1.5f, 1.5f}}, {OpKind::log, {0.5f, 3.f}},
-      {OpKind::sqrt, {0.5f, 3.f}},   {OpKind::tanh, {-2.f, 2.f}},  {OpKind::erf, {-1.5f, 1.5f}},
-      {OpKind::sigmoid, {-4.f, 4.f}},
+inline const std::map<OpKind, Domain>& unary_ranges() {
+  static const std::map<OpKind, Domain> r = {
+      {OpKind::neg, {-2.f, 2.f}},        {OpKind::exp, {-1.5f, 1.5f}}, {OpKind::log, {0.5f, 3.f}},
+      {OpKind::sqrt, {0.5f, 3.f}},       {OpKind::tanh, {-2.f, 2.f}},  {OpKind::erf, {-1.5f, 1.5f}},
+      {OpKind::sigmoid, {-4.f, 4.f}},    {OpKind::relu, {-2.f, 2.f, 0.1f}},
+      {OpKind::softplus, {-6.f, 6.f}},   {OpKind::abs, {-2.f, 2.f, 0.1f}},
+      {OpKind::sin, {-3.f, 3.f}},        {OpKind::cos, {-3.f, 3.f}},
   };
   return r;
 }
@@ -148,15 +172,16 @@ inline std::map<OpKind, Builder> gradcheck_table() {
     c.loss = weighted_sum(g, op::maximum(g, a, b));
     c.wrt = {a, b};
   };
-  auto unary = [](OpKind k, float lo, float hi) {
+  auto unary = [](OpKind k, Domain d) {
     return [=](Graph& g, Case& c) {
-      c.note = std::string(op_name(k)) + " on [" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
-      NodeId x = param_rand(g, c, "x", {3, 5}, lo, hi);
+      c.note = std::string(op_name(k)) + " on [" + std::to_string(d.lo) + ", " + std::to_string(d.hi) + ")";
+      if (d.gap > 0) c.note += " without (-" + std::to_string(d.gap) + ", " + std::to_string(d.gap) + ")";
+      NodeId x = param_with(g, c, "x", {3, 5}, vals(15, d, name_seed("x")));
       c.loss = weighted_sum(g, g.add(k, {x}));
       c.wrt = {x};
     };
   };
-  for (const auto& [k, range] : unary_ranges()) t[k] = unary(k, range.first, range.second);
+  for (const auto& [k, d] : unary_ranges()) t[k] = unary(k, d);
   t[OpKind::compare] = [](Graph& g, Case& c) {  // a step function: no gradient flows
     c.kind = Case::no_grad;
     std::vector<float> av = vals(6, -1, 1, 5);

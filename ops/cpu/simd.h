@@ -42,6 +42,10 @@ inline vf exp(const vf& x) { return xsimd::exp(x); }
 inline vf log(const vf& x) { return xsimd::log(x); }
 inline vf sqrt(const vf& x) { return xsimd::sqrt(x); }
 inline vf tanh(const vf& x) { return xsimd::tanh(x); }
+inline vf log1p(const vf& x) { return xsimd::log1p(x); }
+inline vf sin(const vf& x) { return xsimd::sin(x); }
+inline vf cos(const vf& x) { return xsimd::cos(x); }
+inline vf abs(const vf& x) { return xsimd::abs(x); }  // clears the sign bit
 // a * b + c rounded once. Debian's xsimd has no AVX-512 fma kernel: its generic one is
 // a * b + c, which GCC fuses only where it contracts (-O2 and up), so at -O1 the SIMD erf's
 // body and its scalar tail (std::fma) differed in the last bit, and the GEMM and the FMA
@@ -123,6 +127,10 @@ inline float exp(float x) { return std::exp(x); }
 inline float log(float x) { return std::log(x); }
 inline float sqrt(float x) { return std::sqrt(x); }
 inline float tanh(float x) { return std::tanh(x); }
+inline float log1p(float x) { return std::log1p(x); }
+inline float sin(float x) { return std::sin(x); }
+inline float cos(float x) { return std::cos(x); }
+inline float abs(float x) { return std::fabs(x); }
 inline float erf(float x) {  // the SIMD erf's operations, one value at a time
   using namespace detail;
   const float a = std::fabs(x);

@@ -7,6 +7,7 @@
 // each struct's OpRule; the op's builder and DSL functions are generated from the op list.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -187,6 +188,70 @@ struct sigmoid {
     NodeId one = op::scalar(a.g, 1.f);
     a.gin[0] = op::mul(a.g, a.gout, op::mul(a.g, a.node, op::sub(a.g, one, a.node)));
   }
+  static constexpr TangentRule tangent = tangent_pointwise<0>;
+  static constexpr bool transcendental = true;
+};
+
+// ---- relu --------------------------------------------------------------------------
+// d/dx relu(x) = [x > 0]  (0 at 0, as PyTorch)
+struct relu {
+  // max(0, x), 0 first: both forms (a > b ? a : b, and maxps) then give x when x is NaN,
+  // and -0 for -0, as PyTorch's relu.
+  template <class T> T operator()(T x) const { return simd::max(T(0.f), x); }
+  static double f64(double x) { return 0.0 > x ? 0.0 : x; }
+  static void grad(GradArgs& a) {
+    a.gin[0] = op::mul(a.g, a.gout, op::compare(a.g, a.in(0), op::scalar(a.g, 0.f), Cmp::gt));
+  }
+  static constexpr TangentRule tangent = tangent_pointwise<0>;
+  static constexpr bool transcendental = false;  // exact in both forms
+};
+
+// ---- softplus ----------------------------------------------------------------------
+// d/dx softplus(x) = sigmoid(x)
+struct softplus {
+  // log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): exp never overflows, and from x = 15
+  // on the second term is below half an ulp of x, so the value is x, as PyTorch's
+  // softplus(beta=1, threshold=20) gives for x > 20 (below that, PyTorch's log1p(exp(x))
+  // and this agree to f32 round-off).
+  template <class T> T operator()(T x) const {
+    return simd::max(x, T(0.f)) + simd::log1p(simd::exp(simd::abs(x) * -1.f));
+  }
+  static double f64(double x) { return std::max(x, 0.0) + std::log1p(std::exp(-std::abs(x))); }
+  static void grad(GradArgs& a) { a.gin[0] = op::mul(a.g, a.gout, op::sigmoid(a.g, a.in(0))); }
+  static constexpr TangentRule tangent = tangent_pointwise<0>;
+  static constexpr bool transcendental = true;
+};
+
+// ---- abs ---------------------------------------------------------------------------
+// d/dx |x| = sign(x) = [x > 0] - [x < 0]  (0 at 0, as PyTorch)
+struct abs {
+  template <class T> T operator()(T x) const { return simd::abs(x); }
+  static double f64(double x) { return std::abs(x); }
+  static void grad(GradArgs& a) {
+    NodeId zero = op::scalar(a.g, 0.f);
+    NodeId sign = op::sub(a.g, op::compare(a.g, a.in(0), zero, Cmp::gt), op::compare(a.g, a.in(0), zero, Cmp::lt));
+    a.gin[0] = op::mul(a.g, a.gout, sign);
+  }
+  static constexpr TangentRule tangent = tangent_pointwise<0>;
+  static constexpr bool transcendental = false;  // clears the sign bit in both forms
+};
+
+// ---- sin ---------------------------------------------------------------------------
+// d/dx sin(x) = cos(x)
+struct sin {
+  template <class T> T operator()(T x) const { return simd::sin(x); }
+  static double f64(double x) { return std::sin(x); }
+  static void grad(GradArgs& a) { a.gin[0] = op::mul(a.g, a.gout, op::cos(a.g, a.in(0))); }
+  static constexpr TangentRule tangent = tangent_pointwise<0>;
+  static constexpr bool transcendental = true;
+};
+
+// ---- cos ---------------------------------------------------------------------------
+// d/dx cos(x) = -sin(x)
+struct cos {
+  template <class T> T operator()(T x) const { return simd::cos(x); }
+  static double f64(double x) { return std::cos(x); }
+  static void grad(GradArgs& a) { a.gin[0] = op::neg(a.g, op::mul(a.g, a.gout, op::sin(a.g, a.in(0)))); }
   static constexpr TangentRule tangent = tangent_pointwise<0>;
   static constexpr bool transcendental = true;
 };

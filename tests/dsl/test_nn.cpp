@@ -199,6 +199,25 @@ TEST_CASE("gradcheck: gelu, erf and tanh forms") {
   }
 }
 
+TEST_CASE("silu: x * sigmoid(x), two nodes, against its formula and central differences") {
+  Graph g;
+  Expr x = input(g, "x", {3, 4});
+  const NodeId before = g.size();
+  Expr y = silu(x);
+  CHECK(g.size() - before == 2);  // sigmoid, mul
+  CHECK(g.node(y.id).op == OpKind::mul);
+  ParamStore ps;
+  const Tensor xv = tensor({3, 4}, -6, 6, 8);
+  const Tensor out = run(g, {y}, ps, {{"x", xv}})[0];
+  for (std::int64_t i = 0; i < 12; ++i) {
+    const double v = xv.f()[i];
+    CHECK(out.f()[i] == doctest::Approx(v / (1 + std::exp(-v))).epsilon(1e-6).scale(1e-6));
+  }
+  GradcheckResult r = gradcheck(g, weighted_sum(y).id, {x.id}, ps, {{"x", xv}});
+  INFO(r.worst);
+  CHECK(r.ok);
+}
+
 TEST_CASE("gradcheck: cross_entropy with ignored targets") {
   Graph g;
   Expr logits = input(g, "logits", {2, 3, 5});

@@ -61,6 +61,33 @@ static_assert(std::is_same_v<decltype(ty::attention(std::declval<T<Batch, Dim<4>
 static_assert(std::is_same_v<decltype(ty::multi_head_attention<4>(std::declval<X>(), "attn").out), X>);
 static_assert(std::is_same_v<decltype(ty::transformer_block<4>(std::declval<X>(), "blk")), X>);
 static_assert(std::is_same_v<decltype(ty::embedding<100, 64>(std::declval<T<Batch, Seq>>(), "tok")), X>);
+// Slice: the axis becomes Dim<End - Begin>, also along a run-time axis.
+static_assert(std::is_same_v<decltype(ty::slice<2, 16, 48>(std::declval<X>())), T<Batch, Seq, Dim<32>>>);
+static_assert(std::is_same_v<decltype(ty::slice<-2, 0, 3>(std::declval<X>())), T<Batch, Dim<3>, Dim<64>>>);
+// Concat: fixed sizes along the axis add up; a run-time one there gives Any; elsewhere a
+// fixed size wins over a run-time one.
+static_assert(std::is_same_v<decltype(ty::concat<-1>(std::declval<X>(), std::declval<T<Batch, Seq, Dim<16>>>())),
+                             T<Batch, Seq, Dim<80>>>);
+static_assert(std::is_same_v<decltype(ty::concat<1>(std::declval<X>(), std::declval<T<Batch, Dim<4>, Dim<64>>>(),
+                                                    std::declval<X>())),
+                             T<Batch, ty::Any, Dim<64>>>);
+static_assert(std::is_same_v<decltype(ty::concat<1>(std::declval<T<Batch, Dim<3>, ty::Any>>(),
+                                                    std::declval<T<Batch, Dim<4>, Dim<64>>>())),
+                             T<Batch, Dim<7>, Dim<64>>>);
+// maximum broadcasts as the operators do.
+static_assert(std::is_same_v<decltype(ty::maximum(std::declval<X>(), std::declval<T<Dim<64>>>())), X>);
+static_assert(std::is_same_v<decltype(ty::maximum(std::declval<T<Batch, Dim<1>>>(), std::declval<T<Dim<5>>>())),
+                             T<Batch, Dim<5>>>);
+// Per-axis reductions drop the axis, or keep it as Dim<1>.
+static_assert(std::is_same_v<decltype(ty::sum<1>(std::declval<X>())), T<Batch, Dim<64>>>);
+static_assert(std::is_same_v<decltype(ty::sum<-1, true>(std::declval<X>())), T<Batch, Seq, Dim<1>>>);
+static_assert(std::is_same_v<decltype(ty::mean<-1>(std::declval<X>())), T<Batch, Seq>>);
+static_assert(std::is_same_v<decltype(ty::max<0>(std::declval<X>())), T<Seq, Dim<64>>>);
+static_assert(std::is_same_v<decltype(ty::sum<0>(std::declval<T<Dim<7>>>())), T<>>);
+// Shape-preserving element-wise functions.
+static_assert(std::is_same_v<decltype(ty::relu(std::declval<X>())), X>);
+static_assert(std::is_same_v<decltype(ty::softplus(std::declval<X>())), X>);
+static_assert(std::is_same_v<decltype(ty::silu(std::declval<X>())), X>);
 
 // --- Same graph as the untyped DSL ---------------------------------------------------------
 
@@ -161,6 +188,64 @@ TEST_CASE("matmul, broadcasting, layer_norm and softmax match the untyped DSL") 
   T<Batch, Seq, Dim<48>> y2 = ty::softmax(ty::layer_norm(ty::matmul(x2, w2) + b2, "ln")) * 2.f - 1.f;
   T<Batch, Dim<48>, Seq> s2 = ty::transpose(y2) / 3.f;
   CHECK(listing(s2) == listing(s1));
+}
+
+TEST_CASE("typed slice, concat, maximum, per-axis reductions and the new element-wise functions match the untyped DSL") {
+  Graph g1, g2;
+  // One node a statement: the order of a call's arguments is unspecified, and the
+  // listings compare node by node.
+  Expr x1 = input(g1, "x", {3, 7, 64});
+  Expr b1 = param(g1, "b", {64});
+  Expr lo1 = slice(x1, -1, 0, 16);
+  Expr hi1 = relu(slice(x1, 2, 32, 48));
+  Expr h1 = concat({lo1, hi1}, -1);  // (B, S, 32)
+  Expr p1 = softplus(h1);
+  Expr q1 = abs(sin(h1));
+  Expr m1 = maximum(p1, q1 + cos(h1));
+  Expr s1 = sum(m1, 1, true);
+  Expr d1 = sum(m1, 1);
+  Expr r1 = mean(m1, -1, true);
+  Expr c1 = max(silu(m1), 1, true);
+  Expr w1 = sum(maximum(x1, b1), 2, true);
+  Expr y1 = s1 + r1;  // (B, S, 32) by broadcasting
+  y1 = y1 + c1 * w1;
+  Expr e1 = mean_all(d1);
+  Expr loss1 = mean_all(y1) + e1;
+
+  auto x2 = ty::input<Batch, Seq, Dim<64>>(g2, "x", {3, 7});
+  auto b2 = ty::param<Dim<64>>(g2, "b");
+  T<Batch, Seq, Dim<16>> lo2 = ty::slice<-1, 0, 16>(x2);
+  T<Batch, Seq, Dim<16>> hi2 = ty::relu(ty::slice<2, 32, 48>(x2));
+  T<Batch, Seq, Dim<32>> h2 = ty::concat<-1>(lo2, hi2);
+  auto p2 = ty::softplus(h2);
+  auto q2 = ty::abs(ty::sin(h2));
+  T<Batch, Seq, Dim<32>> m2 = ty::maximum(p2, q2 + ty::cos(h2));
+  T<Batch, Dim<1>, Dim<32>> s2 = ty::sum<1, true>(m2);
+  T<Batch, Dim<32>> d2 = ty::sum<1>(m2);
+  T<Batch, Seq, Dim<1>> r2 = ty::mean<-1, true>(m2);
+  T<Batch, Dim<1>, Dim<32>> c2 = ty::max<1, true>(ty::silu(m2));
+  T<Batch, Seq, Dim<1>> w2 = ty::sum<2, true>(ty::maximum(x2, b2));
+  auto y2 = s2 + r2;
+  static_assert(std::is_same_v<decltype(y2), T<Batch, Seq, Dim<32>>>);
+  y2 = y2 + c2 * w2;
+  T<> e2 = ty::mean_all(d2);
+  T<> loss2 = ty::mean_all(y2) + e2;
+
+  CHECK(listing(loss2) == listing(loss1));
+  CHECK(listing(loss2).find("typed.h") == std::string::npos);  // concat: at its latest operand's line
+}
+
+TEST_CASE("typed random_normal and random_uniform: their type's shape, and the untyped graph") {
+  Graph g1, g2;
+  Expr n1 = random_normal(g1, {4, 8});
+  Expr u1 = random_uniform(g1, {8}, -1.f, 2.f);
+  Expr loss1 = mean_all(n1 * u1);
+  auto n2 = ty::random_normal<Batch, Dim<8>>(g2, {4});
+  auto u2 = ty::random_uniform<Dim<8>>(g2, {}, -1.f, 2.f);
+  T<> loss2 = ty::mean_all(n2 * u2);
+  CHECK(n2.shape() == Shape{4, 8});
+  CHECK(listing(loss2) == listing(loss1));
+  CHECK_THROWS_WITH_AS((ty::random_normal<Batch, Dim<8>>(g2)), doctest::Contains("run-time dimension"), GraphError);
 }
 
 // --- Expr to typed handle, and run-time dimensions ---------------------------------------------

@@ -81,14 +81,14 @@ TEST_CASE("every unary element-wise record: kernel against its scalar function a
     if (r.cls != OpClass::elementwise || op_arity(kind) != 1) continue;
     INFO(op_name(kind));
     REQUIRE_MESSAGE(sample::unary_ranges().count(kind), "no unary_ranges() entry in tests/sample_graphs.h");
-    const auto [lo, hi] = sample::unary_ranges().at(kind);
+    const sample::Domain d = sample::unary_ranges().at(kind);
     const double tol = r.elem->transcendental ? 4 : 0;  // xsimd's body vs libm's tail; IEEE ops exact
     for (std::int64_t n : kSizes) {
       const Shape s{3, n};
       Graph g;
       NodeId x = op::input(g, "x", s);
       NodeId y = g.add(kind, {x});
-      const std::vector<float> v = sample::vals(numel(s), lo, hi, seed++);
+      const std::vector<float> v = sample::vals(numel(s), d, seed++);
       const Tensor out = run(g, {y}, v, s)[0];
       const F64Value ref = eval_f64(g, {y}, {{"x", F64Value{s, DType::f32, std::vector<double>(v.begin(), v.end())}}})[0];
       double worst_scalar = 0, worst_f64 = 0;
@@ -109,14 +109,14 @@ TEST_CASE("every unary element-wise record: fused into a chain gives the unfused
     const OpKind kind = OpKind(k);
     if (op_class(kind) != OpClass::elementwise || op_arity(kind) != 1) continue;
     INFO(op_name(kind));
-    const auto [lo, hi] = sample::unary_ranges().at(kind);
+    const sample::Domain d = sample::unary_ranges().at(kind);
     for (const Shape& s : {Shape{20001}, Shape{37, 48}, Shape{5, 17}}) {
       INFO("shape " << to_string(s));
       // x * 0.5 -> op -> + x: one group with the op interior (flat or by rows).
       Graph g;
       NodeId x = op::input(g, "x", s);
       NodeId y = op::add(g, g.add(kind, {op::mul(g, x, op::scalar(g, 0.5f))}), x);
-      const std::vector<float> v = sample::vals(numel(s), lo, hi, 7);
+      const std::vector<float> v = sample::vals(numel(s), d, 7);
       std::vector<Tensor> res;
       for (int threads : {1, 2}) {
         set_num_threads(threads);
