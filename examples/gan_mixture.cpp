@@ -24,15 +24,15 @@ constexpr std::int64_t kNoise = 4, kHidden = 64;
 
 Expr discriminator(Expr x) {  // (B, 2) -> (B, 1) scores
   Scope s(*x.g, "disc");
-  Expr h = tanh(linear(x, kHidden, "fc1"));
-  h = tanh(linear(h, kHidden, "fc2"));
+  Expr h = relu(linear(x, kHidden, "fc1"));
+  h = relu(linear(h, kHidden, "fc2"));
   return linear(h, 1, "out");
 }
 
 Expr generator(Expr z) {  // (B, kNoise) -> (B, 2) points
   Scope s(*z.g, "gen");
-  Expr h = tanh(linear(z, kHidden, "fc1"));
-  h = tanh(linear(h, kHidden, "fc2"));
+  Expr h = relu(linear(z, kHidden, "fc1"));
+  h = relu(linear(h, kHidden, "fc2"));
   return linear(h, 2, "out");
 }
 
