@@ -77,11 +77,16 @@ std::string site_string(const Node& n) {
   return inner == outer ? outer : fmt::format("{} > {}", outer, inner);
 }
 
-std::string Graph::scoped(const std::string& name) const {
-  if (scope_.empty()) return name;
-  if (name.empty()) return scope_;
-  return scope_ + "." + name;
+namespace {
+std::string join_scope(const std::string& scope, const std::string& name) {
+  if (scope.empty()) return name;
+  if (name.empty()) return scope;
+  return scope + "." + name;
 }
+}  // namespace
+
+std::string Graph::scoped(const std::string& name) const { return join_scope(scope_, name); }
+std::string Graph::param_scoped(const std::string& name) const { return join_scope(param_scope_, name); }
 
 void Graph::fail(const Node& n, const std::string& msg) const {
   std::string who = n.name.empty() ? "" : fmt::format(" ('{}')", n.name);
@@ -129,10 +134,43 @@ NodeId Graph::find(const std::string& name, OpKind op) const {
   return -1;
 }
 
-NameScope::NameScope(Graph& g, const std::string& name, bool replace) : g_(g), saved_(g.scope_) {
+NameScope::NameScope(Graph& g, const std::string& name, bool replace)
+    : g_(g), saved_(g.scope_), saved_param_(g.param_scope_), saved_step_(g.step_) {
   g.scope_ = replace ? name : g.scoped(name);
+  g.param_scope_ = replace ? name : g.param_scoped(name);
+  if (replace) g.step_.clear();
 }
-NameScope::~NameScope() { g_.scope_ = saved_; }
+NameScope::~NameScope() {
+  g_.scope_ = saved_;
+  g_.param_scope_ = saved_param_;
+  g_.step_ = saved_step_;
+}
+
+std::string step_key(const std::string& name) {
+  std::string key;
+  for (char c : name) {
+    const bool digit = c >= '0' && c <= '9';
+    if (!digit) key += c;
+    else if (key.empty() || key.back() != '#') key += '#';
+  }
+  return key;
+}
+
+StepScope::StepScope(Graph& g, const std::string& name) : g_(g), saved_(g.scope_), saved_step_(g.step_) {
+  if (name.empty()) throw GraphError("StepScope: a step needs a name (e.g. \"step.3\")");
+  g.scope_ = g.scoped(name);
+  g.step_ = g.scope_;
+  if (std::find(g.steps_.begin(), g.steps_.end(), g.scope_) == g.steps_.end()) g.steps_.push_back(g.scope_);
+  const Graph::StepPattern p{g.param_scope_, step_key(name)};
+  if (std::find(g.step_patterns_.begin(), g.step_patterns_.end(), p) == g.step_patterns_.end())
+    g.step_patterns_.push_back(p);
+}
+StepScope::StepScope(Graph& g, const std::string& name, std::int64_t index)
+    : StepScope(g, fmt::format("{}.{}", name, index)) {}
+StepScope::~StepScope() {
+  g_.scope_ = saved_;
+  g_.step_ = saved_step_;
+}
 
 UserSite::UserSite(Graph& g, const std::source_location& loc, bool replace)
     : g_(g), saved_(g.user_loc_), saved_inner_(g.inner_loc_) {
