@@ -162,3 +162,25 @@ TEST_CASE("a shared weight re-declared under a plain scope named like a step is 
     CHECK(contains(m, "the plain scope 'step.0'"));
   }
 }
+
+TEST_CASE("the gradient of a 32-step GRU: short names, grouped by step") {
+  Graph g;
+  Expr x = input(g, "x", {2, 32, 3});  // x: (B, T, I)
+  Expr h = unrolled_gru(x, 4);
+  Expr loss = mean_all(h * h);
+  const NodeId first = g.size();
+  const std::vector<Expr> ps = params(g);
+  const std::vector<Expr> gs = grad(loss, ps);
+  for (std::size_t i = 0; i < ps.size(); ++i) CHECK(gs[i].name() == "grad(" + ps[i].name() + ")");
+  std::size_t longest = 0;
+  std::set<std::string> names;
+  for (NodeId id = first; id < g.size(); ++id) {
+    const std::string& n = g.node(id).name;
+    longest = std::max(longest, n.size());
+    names.insert(n);
+  }
+  CHECK(longest <= std::string("grad(step.31.gru.hn)").size());
+  CHECK(names.count("grad(step.17)") == 1);          // the step's own arithmetic
+  CHECK(names.count("grad(step.17.gru.hz)") == 1);   // inside a linear of the step
+  CHECK(names.count("grad(gru.hz.weight)") == 1);    // the sum over the steps
+}
