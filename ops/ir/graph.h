@@ -264,12 +264,15 @@ std::string to_text_line(const Graph& g, NodeId id);
 // How to_dot draws name scopes ("blocks.1", then "blocks.1.attn"; gradient nodes named
 // "grad(<name>)" go to the scopes "grad:<scope>").
 struct DotOptions {
-  // Draw each scope as one box (its node count in the label) instead of its nodes.
+  // Draw each scope as one box (its node count in the label) instead of its nodes, and
+  // the steps of a loop (StepScope, and their gradient's scopes) as one box per run of
+  // steps: "step.0 .. step.31 (32 steps, 800 nodes)".
   // Unset: collapse when more than `collapse_above` nodes are drawn.
   std::optional<bool> collapse;
   std::size_t collapse_above = 150;
   // Scopes to draw node by node even when collapsed (with their enclosing scopes opened
-  // and the matching gradient scope too), e.g. "blocks.1.attn".
+  // and the matching gradient scope too), e.g. "blocks.1.attn", or a step, "step.5",
+  // which splits the run of steps around it.
   std::vector<std::string> expand;
 };
 // Graphviz dot of the nodes that `roots` need: one cluster per name scope. Throws

@@ -1,6 +1,8 @@
 // Tests for recurrent models written with the DSL (dsl/expr.h's StepScope): a GRU unrolled
 // over its steps, each step in a step scope, shares its weights across the steps; a shared
-// weight re-declared under a plain per-step scope is an error naming both declarations.
+// weight re-declared under a plain per-step scope is an error naming both declarations; the
+// gradient's node names stay short; to_dot draws the steps as runs of boxes, one step
+// expandable; and the unrolled GRU's gradient passes gradcheck.
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "dsl/nn.h"
+#include "tests/dsl/dsl_test_util.h"
 #include "tests/test_util.h"
 
 using namespace gg;
@@ -183,4 +186,40 @@ TEST_CASE("the gradient of a 32-step GRU: short names, grouped by step") {
   CHECK(names.count("grad(step.17)") == 1);          // the step's own arithmetic
   CHECK(names.count("grad(step.17.gru.hz)") == 1);   // inside a linear of the step
   CHECK(names.count("grad(gru.hz.weight)") == 1);    // the sum over the steps
+}
+
+TEST_CASE("gradcheck: a GRU unrolled over 3 steps, every shared weight and the input") {
+  Graph g;
+  Expr x = input(g, "x", {2, 3, 3});  // x: (B, T, I)
+  Expr loss = gg::test::weighted_sum(unrolled_gru(x, 4));
+  ParamStore ps;
+  gg::test::randomize(g, ps, 0.5f);
+  CHECK(ps.all().size() == 12);
+  gg::test::check_grads(g, loss, ps, {{"x", gg::test::tensor({2, 3, 3}, -1.f, 1.f, 7)}}, {x});
+}
+
+TEST_CASE("to_dot of a 32-step GRU's whole gradient: the steps as runs of boxes, one step expandable") {
+  Graph g;
+  Expr x = input(g, "x", {2, 32, 3});  // x: (B, T, I)
+  Expr loss = mean_all(unrolled_gru(x, 4));
+  std::vector<NodeId> roots;
+  for (const Expr& d : grad(loss, params(g))) roots.push_back(d.id);
+  auto statements = [](const std::string& dot) {  // nodes and boxes drawn
+    std::size_t n = 0;
+    for (std::size_t at = dot.find(" [label="); at != std::string::npos; at = dot.find(" [label=", at + 1)) ++n;
+    return n;
+  };
+  const std::string all = to_dot(g, roots);  // thousands of nodes: collapsed by default
+  INFO(all);
+  CHECK(contains(all, "label=\"step.0 .. step.31\\n(32 steps, "));
+  CHECK(contains(all, "label=\"grad:step."));
+  CHECK(statements(all) <= 20);
+  DotOptions o;
+  o.expand = {"step.5"};
+  const std::string one = to_dot(g, roots, o);
+  CHECK(contains(one, "label=\"step.0 .. step.4\\n(5 steps, "));
+  CHECK(contains(one, "label=\"step.5\";"));
+  CHECK(contains(one, "label=\"step.6 .. step.31\\n(26 steps, "));
+  CHECK(contains(one, "label=\"grad:step.5\";"));
+  CHECK(statements(one) <= 250);
 }
