@@ -1,8 +1,8 @@
 // A recurrent character model: a GRU reads the bundled Shakespeare one character at a time,
 // unrolled over --seq steps (32 by default), and predicts each next character. Each step is
 // built in a StepScope, which names the step's nodes ("step.3.gru.hh") but not its weights
-// ("gru.hh.weight"): every step uses the same weights, and the gradient of each is the sum
-// over the steps. The cell is PyTorch's GRU, written with the sigmoid and tanh primitives:
+// ("gru.hh.weight", "emb.weight"): every step uses the same weights, and the gradient of
+// each is the sum over the steps. The cell is PyTorch's GRU, written with the sigmoid and tanh primitives:
 //   r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)        (reset gate)
 //   z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)        (update gate)
 //   n = tanh(W_in x + b_in + r * (W_hn h + b_hn))     (candidate)
@@ -29,7 +29,7 @@ using namespace gg;
 using namespace gg::dsl;
 
 // One GRU step: x (B, E), h (B, H) -> h' (B, H). Inside a step scope, the linears' weights
-// are declared once and found again at every later step.
+// are declared at the first step and found again at every later one.
 static Expr gru_cell(Expr x, Expr h) {
   const std::int64_t H = h.dim(-1);
   const Init init = uniform_init(-1.f / std::sqrt(float(H)), 1.f / std::sqrt(float(H)));  // PyTorch's
@@ -52,12 +52,12 @@ static train::Model gru_model(GruSize s) {
     Graph& g = in.graph();
     Expr tokens = in["tokens"];                                   // tokens: (B, T)
     const std::int64_t B = tokens.dim(0), T = tokens.dim(1);
-    Expr x = embedding(tokens, s.V, s.embd, "emb");               // x: (B, T, E)
     Expr h = constant(g, std::vector<float>(std::size_t(B * s.hidden), 0.f), {B, s.hidden});  // h: (B, H)
     std::vector<Expr> hs;
     for (std::int64_t t = 0; t < T; ++t) {
       StepScope step(g, "step", t);                               // nodes "step.<t>...", weights shared
-      h = gru_cell(reshape(slice(x, 1, t, t + 1), {B, s.embd}), h);
+      Expr x = embedding(reshape(slice(tokens, 1, t, t + 1), {B}), s.V, s.embd, "emb");  // x: (B, E)
+      h = gru_cell(x, h);
       hs.push_back(reshape(h, {B, 1, s.hidden}));
     }
     Expr states;
@@ -85,7 +85,7 @@ static void write_dot(const train::Model& m, const train::Batch& b, const std::s
 }
 
 int main(int argc, char** argv) {
-  std::int64_t steps = 600, batch = 32, seq = 32, embd = 32, hidden = 128;
+  std::int64_t steps = 1000, batch = 32, seq = 32, embd = 32, hidden = 128;
   double lr = 1e-2;
   std::string out = "runs/gru_chars", dot;
   std::vector<std::string> expand;
