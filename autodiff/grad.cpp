@@ -1,14 +1,11 @@
 // The reverse pass: mark what lies between wrt and out (a no_grad node cuts the path),
 // walk it in reverse topological order, ask each node's rule for its inputs' gradients,
 // sum them down to the inputs' shapes and accumulate. Gradient nodes are named after the
-// node they are the gradient of, by its user name, or (unnamed) by the named nodes its
+// node they are the gradient of, by its user name, or (unnamed) by the named node its
 // gradient flows into.
 #include "autodiff/grad.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-
-#include <algorithm>
 
 #include "ops/ir/op_rule.h"
 
@@ -16,8 +13,9 @@ namespace gg {
 namespace {
 
 // What the gradient of each node on the path is called: the node's user name, else the
-// labels of its inputs on the path (the parameters and named nodes the gradient flows
-// into: "W", or "W1, W2" for two), else its id.
+// label of one input on the path, the value its gradient flows into (an input with a user
+// name of its own first, else the first one's label), else its id. One name, never a list of
+// every contributor: in an unrolled loop a list would grow with each step.
 std::vector<std::string> path_labels(const Graph& g, const std::vector<char>& on_path) {
   std::vector<std::string> label(on_path.size());
   for (std::size_t i = 0; i < on_path.size(); ++i) {
@@ -26,12 +24,16 @@ std::vector<std::string> path_labels(const Graph& g, const std::vector<char>& on
       label[i] = n.name;
       continue;
     }
-    std::vector<std::string> into;
-    for (NodeId in : n.inputs)
-      if (on_path[std::size_t(in)] && std::find(into.begin(), into.end(), label[std::size_t(in)]) == into.end())
-        into.push_back(label[std::size_t(in)]);
-    if (into.size() > 2) into.resize(2), into.push_back("...");
-    label[i] = into.empty() ? fmt::format("%{}", i) : fmt::format("{}", fmt::join(into, ", "));
+    NodeId into = -1;
+    for (NodeId in : n.inputs) {
+      if (!on_path[std::size_t(in)]) continue;
+      if (!g.node(in).name.empty()) {
+        into = in;
+        break;
+      }
+      if (into < 0) into = in;
+    }
+    label[i] = into < 0 ? fmt::format("%{}", i) : label[std::size_t(into)];
   }
   return label;
 }

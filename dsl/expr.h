@@ -67,8 +67,18 @@ Init uniform_init(float lo, float hi);
 inline Init zeros_init() { return {Init::zeros, 0, 0}; }
 inline Init ones_init() { return {Init::ones, 0, 0}; }
 
-// Name scope: nodes built while it is open are named "<scope>" (leaves "<scope>.<name>").
+// Name scope: nodes built while it is open are named "<scope>" (leaves "<scope>.<name>"),
+// parameters included: a layer's weights are its own ("blocks.1.fc.weight").
 using Scope = NameScope;
+// Step scope: names the nodes of one step of a loop ("step.3.gru.hh") but not the
+// parameters it declares, which every step shares ("gru.hh.weight"):
+//   for (int t = 0; t < T; ++t) {
+//     StepScope step(g, "step", t);
+//     h = tanh(linear(x[t], H, "rnn.ih") + linear(h, H, "rnn.hh"));  // the same weights each step
+//   }
+// A shared weight re-declared under a plain Scope named like a step ("step.4") throws
+// GraphError naming both declarations, instead of silently making a copy for that step.
+using StepScope = ::gg::StepScope;
 
 // Primitives.
 Expr matmul(Expr a, Expr b, bool trans_a = false, bool trans_b = false, Loc loc = Loc::current());

@@ -34,15 +34,76 @@ NodeId input(Graph& g, const std::string& name, Shape shape, DType dtype, Loc lo
   return g.add(OpKind::input, {}, at, g.scoped(name), loc);
 }
 
+namespace {
+// A parameter name with one step's part taken out, when the step pattern fits it: for
+// ("", "step.#"), "step.4.gru.hh.weight" is "gru.hh.weight" with the part "step.4"; for
+// ("enc", "step.#"), "enc.step.4.w" is "enc.w". Empty `shared` when the pattern does not fit.
+struct StepPart {
+  std::string shared, part;
+};
+StepPart without_step(const std::string& name, const Graph::StepPattern& p) {
+  std::string rest = name;
+  if (!p.param_scope.empty()) {
+    if (name.rfind(p.param_scope + ".", 0) != 0) return {};
+    rest = name.substr(p.param_scope.size() + 1);
+  }
+  const auto parts = std::count(p.key.begin(), p.key.end(), '.') + 1;
+  std::size_t end = 0;
+  for (std::ptrdiff_t k = 0; k < parts; ++k) {
+    end = rest.find('.', k ? end + 1 : 0);
+    if (end == std::string::npos) return {};  // the step part must be followed by a name
+  }
+  if (step_key(rest.substr(0, end)) != p.key) return {};
+  const std::string tail = rest.substr(end + 1);
+  return {p.param_scope.empty() ? tail : p.param_scope + "." + tail, rest.substr(0, end)};
+}
+
+// Refuses a per-step copy of a weight the steps share: `full`, declared under a plain scope
+// named like a step, when the steps declared it without the step's part (or the other way
+// round: `full`, declared in a step scope, when a plain-scoped copy of it exists).
+void check_step_sharing(const Graph& g, const std::string& full, Loc loc) {
+  const std::string at = site_string(g.user_loc().value_or(loc));
+  auto site_of = [&](const std::string& name) { return site_string(g.node(g.find(name, OpKind::param)).loc); };
+  for (const Graph::StepPattern& p : g.step_patterns()) {
+    const StepPart copy = without_step(full, p);
+    auto it = g.step_params().find(copy.shared);
+    if (copy.shared.empty() || it == g.step_params().end()) continue;
+    throw GraphError(fmt::format(
+        "param at {} ('{}'): a copy of '{}', the weight the steps share (declared in step scope '{}' at {}): "
+        "the plain scope '{}' gives its nodes weights of their own. Open the step with StepScope(g, \"{}\") to "
+        "share '{}', or give this weight another name",
+        at, full, copy.shared, it->second, site_of(copy.shared), copy.part, copy.part, copy.shared));
+  }
+  if (g.step_scope().empty()) return;
+  for (const Node& n : g.nodes()) {
+    if (!n.is_param() || g.step_params().count(n.name)) continue;
+    for (const Graph::StepPattern& p : g.step_patterns()) {
+      const StepPart copy = without_step(n.name, p);
+      if (copy.shared != full) continue;
+      throw GraphError(fmt::format(
+          "param at {} ('{}'): declared in step scope '{}' to be shared by the steps, but '{}' (at {}) is a copy "
+          "of it, declared under the plain scope '{}'. Open every step with StepScope",
+          at, full, g.step_scope(), n.name, site_string(n.loc), copy.part));
+    }
+  }
+}
+}  // namespace
+
 NodeId param(Graph& g, const std::string& name, Shape shape, Init init, Loc loc) {
-  // A name declared again with the same shape is the same parameter (e.g. tied weights);
-  // with another shape, the param rule refuses it.
-  NodeId prev = g.find(g.scoped(name), OpKind::param);
-  if (prev >= 0 && g.node(prev).shape == shape) return prev;
-  Attrs at;
-  at.dims = std::move(shape);
-  at.init = init;
-  return g.add(OpKind::param, {}, at, g.scoped(name), loc);
+  // A name declared again with the same shape is the same parameter (e.g. tied weights, or
+  // a weight every step of a loop declares in its StepScope); with another shape, the param
+  // rule refuses it. Parameters are named without the step scopes (Graph::param_scoped).
+  const std::string full = g.param_scoped(name);
+  NodeId prev = g.find(full, OpKind::param);
+  if (prev < 0 || g.node(prev).shape != shape) {
+    if (prev < 0) check_step_sharing(g, full, loc);
+    Attrs at;
+    at.dims = std::move(shape);
+    at.init = init;
+    prev = g.add(OpKind::param, {}, at, full, loc);
+  }
+  if (!g.step_scope().empty()) g.note_step_param(full);
+  return prev;
 }
 
 NodeId constant(Graph& g, std::vector<float> values, Shape shape, DType dtype, Loc loc) {

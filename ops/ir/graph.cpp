@@ -77,11 +77,16 @@ std::string site_string(const Node& n) {
   return inner == outer ? outer : fmt::format("{} > {}", outer, inner);
 }
 
-std::string Graph::scoped(const std::string& name) const {
-  if (scope_.empty()) return name;
-  if (name.empty()) return scope_;
-  return scope_ + "." + name;
+namespace {
+std::string join_scope(const std::string& scope, const std::string& name) {
+  if (scope.empty()) return name;
+  if (name.empty()) return scope;
+  return scope + "." + name;
 }
+}  // namespace
+
+std::string Graph::scoped(const std::string& name) const { return join_scope(scope_, name); }
+std::string Graph::param_scoped(const std::string& name) const { return join_scope(param_scope_, name); }
 
 void Graph::fail(const Node& n, const std::string& msg) const {
   std::string who = n.name.empty() ? "" : fmt::format(" ('{}')", n.name);
@@ -129,10 +134,43 @@ NodeId Graph::find(const std::string& name, OpKind op) const {
   return -1;
 }
 
-NameScope::NameScope(Graph& g, const std::string& name, bool replace) : g_(g), saved_(g.scope_) {
+NameScope::NameScope(Graph& g, const std::string& name, bool replace)
+    : g_(g), saved_(g.scope_), saved_param_(g.param_scope_), saved_step_(g.step_) {
   g.scope_ = replace ? name : g.scoped(name);
+  g.param_scope_ = replace ? name : g.param_scoped(name);
+  if (replace) g.step_.clear();
 }
-NameScope::~NameScope() { g_.scope_ = saved_; }
+NameScope::~NameScope() {
+  g_.scope_ = saved_;
+  g_.param_scope_ = saved_param_;
+  g_.step_ = saved_step_;
+}
+
+std::string step_key(const std::string& name) {
+  std::string key;
+  for (char c : name) {
+    const bool digit = c >= '0' && c <= '9';
+    if (!digit) key += c;
+    else if (key.empty() || key.back() != '#') key += '#';
+  }
+  return key;
+}
+
+StepScope::StepScope(Graph& g, const std::string& name) : g_(g), saved_(g.scope_), saved_step_(g.step_) {
+  if (name.empty()) throw GraphError("StepScope: a step needs a name (e.g. \"step.3\")");
+  g.scope_ = g.scoped(name);
+  g.step_ = g.scope_;
+  if (std::find(g.steps_.begin(), g.steps_.end(), g.scope_) == g.steps_.end()) g.steps_.push_back(g.scope_);
+  const Graph::StepPattern p{g.param_scope_, step_key(name)};
+  if (std::find(g.step_patterns_.begin(), g.step_patterns_.end(), p) == g.step_patterns_.end())
+    g.step_patterns_.push_back(p);
+}
+StepScope::StepScope(Graph& g, const std::string& name, std::int64_t index)
+    : StepScope(g, fmt::format("{}.{}", name, index)) {}
+StepScope::~StepScope() {
+  g_.scope_ = saved_;
+  g_.step_ = saved_step_;
+}
 
 UserSite::UserSite(Graph& g, const std::source_location& loc, bool replace)
     : g_(g), saved_(g.user_loc_), saved_inner_(g.inner_loc_) {
@@ -246,96 +284,161 @@ std::vector<std::string> scopes_of(const Graph& g, const std::vector<NodeId>& ro
   return out;
 }
 
-std::string to_dot(const Graph& g, const std::vector<NodeId>& roots, const DotOptions& o) {
-  const std::vector<NodeId> ids = ancestors(g, roots);
-  const bool collapse = o.collapse.value_or(ids.size() > o.collapse_above);
+namespace {
 
-  // The scope tree: each scope's nodes (its own and its sub-scopes') and sub-scopes.
+// to_dot's writer: the scope tree of the drawn nodes, then the statements, scope by scope
+// (a collapsed scope is one box, a run of collapsed steps too), then the edges between
+// the units drawn (a node, or the box that holds it).
+class DotWriter {
+ public:
+  DotWriter(const Graph& g, const std::vector<NodeId>& roots, const DotOptions& o)
+      : g_(g), o_(o), ids_(ancestors(g, roots)), unit_(std::size_t(g.size())) {
+    collapse_ = o.collapse.value_or(ids_.size() > o.collapse_above);
+    for (const std::string& st : g.step_scopes()) steps_.insert(st);
+    build_tree();
+    check_expand();
+  }
+
+  std::string write() {
+    s_ = "digraph gradgraph {\n  rankdir=TB;\n  compound=true;\n"
+         "  node [shape=box, fontname=\"monospace\", fontsize=10];\n";
+    emit_list(top_, "  ");
+    for (NodeId id : loose_) node_stmt(id, "  ");
+    std::set<std::pair<std::string, std::string>> edges;
+    for (NodeId id : ids_)
+      for (NodeId j : g_.node(id).inputs) {
+        const std::string& a = unit_[std::size_t(j)];
+        const std::string& b = unit_[std::size_t(id)];
+        if (a != b && edges.emplace(a, b).second) s_ += fmt::format("  {} -> {};\n", a, b);
+      }
+    s_ += "}\n";
+    return s_;
+  }
+
+ private:
+  // A scope's nodes: its own (direct) and its sub-scopes', counted in total.
   struct Scope {
     std::vector<NodeId> direct;
     std::vector<std::string> children;
     std::size_t total = 0;
   };
-  std::map<std::string, Scope> scopes;
-  std::vector<std::string> top;     // outermost scopes, in order of first node
-  std::vector<NodeId> loose;        // nodes in no scope
-  std::vector<std::vector<std::string>> chains(std::size_t(g.size()));
-  for (NodeId id : ids) {
-    auto& chain = chains[std::size_t(id)] = scope_chain(g.node(id).name);
-    if (chain.empty()) {
-      loose.push_back(id);
-      continue;
+
+  void build_tree() {
+    for (NodeId id : ids_) {
+      const std::vector<std::string> chain = scope_chain(g_.node(id).name);
+      if (chain.empty()) {
+        loose_.push_back(id);
+        continue;
+      }
+      for (std::size_t k = 0; k < chain.size(); ++k) {
+        auto [it, fresh] = scopes_.try_emplace(chain[k]);
+        ++it->second.total;
+        if (fresh) (k == 0 ? top_ : scopes_[chain[k - 1]].children).push_back(chain[k]);
+      }
+      scopes_[chain.back()].direct.push_back(id);
     }
-    for (std::size_t k = 0; k < chain.size(); ++k) {
-      auto [it, fresh] = scopes.try_emplace(chain[k]);
-      ++it->second.total;
-      if (fresh) (k == 0 ? top : scopes[chain[k - 1]].children).push_back(chain[k]);
-    }
-    scopes[chain.back()].direct.push_back(id);
   }
-  for (const std::string& e : o.expand) {
-    bool found = false;
-    for (const auto& [name, sc] : scopes) found = found || within(name, e);
-    if (!found) {
+
+  void check_expand() const {
+    for (const std::string& e : o_.expand) {
+      bool found = false;
+      for (const auto& [name, sc] : scopes_) found = found || within(name, e);
+      if (found) continue;
       std::vector<std::string> names;
-      for (const auto& kv : scopes) names.push_back(kv.first);
+      for (const auto& kv : scopes_) names.push_back(kv.first);
       throw GraphError(fmt::format("to_dot: no scope '{}' among the drawn nodes{}", e, did_you_mean(e, names)));
     }
   }
-  auto expanded = [&](const std::string& s) {
-    if (!collapse) return true;
-    for (const std::string& e : o.expand)
-      if (within(s, e) || within(e, s)) return true;
-    return false;
-  };
 
-  // Where each node is drawn: its own box, or the box of its outermost collapsed scope.
-  std::vector<std::string> unit(std::size_t(g.size()));
-  std::string s = "digraph gradgraph {\n  rankdir=TB;\n  compound=true;\n"
-                  "  node [shape=box, fontname=\"monospace\", fontsize=10];\n";
-  auto node_stmt = [&](NodeId id, const std::string& indent) {
-    const Node& n = g.node(id);
+  bool expanded(const std::string& scope) const {
+    if (!collapse_) return true;
+    for (const std::string& e : o_.expand)
+      if (within(scope, e) || within(e, scope)) return true;
+    return false;
+  }
+  // A step scope (Graph::step_scopes) or the gradient's scope of one.
+  bool is_step(const std::string& scope) const {
+    return steps_.count(scope.rfind("grad:", 0) == 0 ? scope.substr(5) : scope) > 0;
+  }
+
+  void node_stmt(NodeId id, const std::string& indent) {
+    const Node& n = g_.node(id);
     const bool leaf = n.inputs.empty();
     const bool is_grad = n.name.rfind("grad(", 0) == 0;
     const char* color = n.op == OpKind::param ? "#cfe8ff" : leaf ? "#eeeeee" : is_grad ? "#ffe0cc" : "#ffffff";
-    unit[std::size_t(id)] = fmt::format("n{}", id);
-    s += fmt::format("{}n{} [label=\"%{} {}{}\\n{}{}\\n{}\", style=filled, fillcolor=\"{}\"];\n", indent, id, id,
-                     op_name(n.op), n.attrs.no_grad ? " [stop_gradient]" : "", to_string(n.dtype), to_string(n.shape),
-                     dot_escape(n.name), color);
-  };
-  int next_cluster = 0;
-  std::function<void(const std::string&, const std::string&)> emit = [&](const std::string& name, const std::string& indent) {
-    const Scope& sc = scopes.at(name);
+    unit_[std::size_t(id)] = fmt::format("n{}", id);
+    s_ += fmt::format("{}n{} [label=\"%{} {}{}\\n{}{}\\n{}\", style=filled, fillcolor=\"{}\"];\n", indent, id, id,
+                      op_name(n.op), n.attrs.no_grad ? " [stop_gradient]" : "", to_string(n.dtype), to_string(n.shape),
+                      dot_escape(n.name), color);
+  }
+
+  // One box standing for every node of `members` (scopes), labelled `label`.
+  void box(const std::vector<std::string>& members, const std::string& label, const std::string& indent) {
+    const std::string name = fmt::format("s{}", next_cluster_++);
+    std::function<void(const std::string&)> claim = [&](const std::string& sub) {
+      for (NodeId id : scopes_.at(sub).direct) unit_[std::size_t(id)] = name;
+      for (const std::string& c : scopes_.at(sub).children) claim(c);
+    };
+    for (const std::string& m : members) claim(m);
+    const bool is_grad = members[0].rfind("grad:", 0) == 0;
+    s_ += fmt::format("{}{} [label=\"{}\", shape=box3d, style=filled, fillcolor=\"{}\"];\n", indent, name, label,
+                      is_grad ? "#ffd0b0" : "#e0f0e0");
+  }
+
+  // Sibling scopes in order; collapsed steps of one pattern ("step.#") that no expanded step
+  // separates are drawn as one box where the first of them is.
+  void emit_list(const std::vector<std::string>& names, const std::string& indent) {
+    std::set<std::string> done;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (done.count(names[i])) continue;
+      std::vector<std::string> run{names[i]};
+      if (is_step(names[i]) && !expanded(names[i])) {
+        const std::string key = step_key(names[i]);
+        for (std::size_t j = i + 1; j < names.size(); ++j) {
+          if (!is_step(names[j]) || step_key(names[j]) != key) continue;
+          if (expanded(names[j])) break;
+          run.push_back(names[j]);
+        }
+      }
+      if (run.size() == 1) {
+        emit(names[i], indent);
+        continue;
+      }
+      std::size_t total = 0;
+      for (const std::string& m : run) total += scopes_.at(m).total, done.insert(m);
+      box(run, fmt::format("{} .. {}\\n({} steps, {} nodes)", dot_escape(run.front()), dot_escape(run.back()),
+                           run.size(), total), indent);
+    }
+  }
+
+  void emit(const std::string& name, const std::string& indent) {
+    const Scope& sc = scopes_.at(name);
     if (sc.total == 1 && !sc.direct.empty()) return node_stmt(sc.direct[0], indent);
-    const int k = next_cluster++;
-    if (!expanded(name)) {
-      const std::string box = fmt::format("s{}", k);
-      std::function<void(const std::string&)> claim = [&](const std::string& sub) {
-        for (NodeId id : scopes.at(sub).direct) unit[std::size_t(id)] = box;
-        for (const std::string& c : scopes.at(sub).children) claim(c);
-      };
-      claim(name);
-      const bool is_grad = name.rfind("grad:", 0) == 0;
-      s += fmt::format("{}{} [label=\"{}\\n({} nodes)\", shape=box3d, style=filled, fillcolor=\"{}\"];\n", indent, box,
-                       dot_escape(name), sc.total, is_grad ? "#ffd0b0" : "#e0f0e0");
-      return;
-    }
-    s += fmt::format("{}subgraph cluster_{} {{\n{}  label=\"{}\";\n{}  style=rounded;\n", indent, k, indent, dot_escape(name), indent);
-    for (const std::string& c : sc.children) emit(c, indent + "  ");
+    if (!expanded(name)) return box({name}, fmt::format("{}\\n({} nodes)", dot_escape(name), sc.total), indent);
+    s_ += fmt::format("{}subgraph cluster_{} {{\n{}  label=\"{}\";\n{}  style=rounded;\n", indent, next_cluster_++,
+                      indent, dot_escape(name), indent);
+    emit_list(sc.children, indent + "  ");
     for (NodeId id : sc.direct) node_stmt(id, indent + "  ");
-    s += indent + "}\n";
-  };
-  for (const std::string& t : top) emit(t, "  ");
-  for (NodeId id : loose) node_stmt(id, "  ");
-  std::set<std::pair<std::string, std::string>> edges;
-  for (NodeId id : ids)
-    for (NodeId j : g.node(id).inputs) {
-      const std::string& a = unit[std::size_t(j)];
-      const std::string& b = unit[std::size_t(id)];
-      if (a != b && edges.emplace(a, b).second) s += fmt::format("  {} -> {};\n", a, b);
-    }
-  s += "}\n";
-  return s;
+    s_ += indent + "}\n";
+  }
+
+  const Graph& g_;
+  const DotOptions& o_;
+  const std::vector<NodeId> ids_;
+  bool collapse_ = false;
+  std::set<std::string> steps_;
+  std::map<std::string, Scope> scopes_;
+  std::vector<std::string> top_;     // outermost scopes, in order of first node
+  std::vector<NodeId> loose_;        // nodes in no scope
+  std::vector<std::string> unit_;    // per node: what it is drawn as ("n7", or its box "s3")
+  std::string s_;
+  int next_cluster_ = 0;
+};
+
+}  // namespace
+
+std::string to_dot(const Graph& g, const std::vector<NodeId>& roots, const DotOptions& o) {
+  return DotWriter(g, roots, o).write();
 }
 
 namespace {

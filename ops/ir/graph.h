@@ -129,6 +129,27 @@ class Graph {
   // Scoped names: nodes built while a scope is open get "<outer>.<inner>" as name.
   const std::string& scope() const { return scope_; }
   std::string scoped(const std::string& name) const;
+  // Parameters are named in the parameter scope: the scope without its step scopes
+  // (StepScope below), so that every step of an unrolled loop declares the same weights.
+  const std::string& param_scope() const { return param_scope_; }
+  std::string param_scoped(const std::string& name) const;
+  // The innermost step scope open, by its full name ("enc.step.3"), or "".
+  const std::string& step_scope() const { return step_; }
+  // Every step scope opened so far, by full name, in the order first opened: to_dot draws
+  // runs of them as one box. Passes that rebuild a graph copy them (set_step_scopes).
+  const std::vector<std::string>& step_scopes() const { return steps_; }
+  void set_step_scopes(std::vector<std::string> steps) { steps_ = std::move(steps); }
+  // Where the steps' names repeat: (parameter scope, step name with its digits as '#'),
+  // e.g. ("", "step.#"): how op::param recognizes a per-step copy of a shared weight.
+  struct StepPattern {
+    std::string param_scope, key;
+    bool operator==(const StepPattern&) const = default;
+  };
+  const std::vector<StepPattern>& step_patterns() const { return step_patterns_; }
+  // The parameters declared inside a step scope (shared by the steps), each with the step
+  // scope it was first declared in.
+  const std::unordered_map<std::string, std::string>& step_params() const { return step_params_; }
+  void note_step_param(const std::string& name) { step_params_.try_emplace(name, step_); }
 
   // The user's source line: while set, every node records it instead of its own.
   const std::optional<std::source_location>& user_loc() const { return user_loc_; }
@@ -164,15 +185,20 @@ class Graph {
 
  private:
   friend class NameScope;
+  friend class StepScope;
   friend class UserSite;
   std::deque<Node> nodes_;
   std::unordered_map<std::string, std::vector<NodeId>> by_name_;  // for find(): ids in increasing order
   std::vector<Check> checks_;
-  std::string scope_;
+  std::string scope_, param_scope_, step_;
+  std::vector<std::string> steps_;
+  std::vector<StepPattern> step_patterns_;
+  std::unordered_map<std::string, std::string> step_params_;
   std::optional<std::source_location> user_loc_, inner_loc_;
 };
 
-// RAII: opens a name scope ("blocks.1" then "attn" gives "blocks.1.attn"); with
+// RAII: opens a name scope ("blocks.1" then "attn" gives "blocks.1.attn") for nodes and
+// parameters alike: a layer's weights are its own ("blocks.1.attn.query.weight"). With
 // replace, the scope is exactly `name` (the reverse pass names nodes "grad(<name>)").
 class NameScope {
  public:
@@ -183,8 +209,29 @@ class NameScope {
 
  private:
   Graph& g_;
-  std::string saved_;
+  std::string saved_, saved_param_, saved_step_;
 };
+
+// RAII: opens a step scope, which names nodes but not parameters (TensorFlow 1's
+// name_scope beside its variable_scope): in an unrolled loop, each step's nodes are named
+// "step.3.gru.hh" while the weights it declares stay "gru.hh.weight", one for every step.
+// StepScope(g, "step", 3) is StepScope(g, "step.3"). Re-declaring a shared weight under a
+// plain NameScope named like a step ("step.4") is a GraphError (see op::param), not a copy.
+class StepScope {
+ public:
+  StepScope(Graph& g, const std::string& name);
+  StepScope(Graph& g, const std::string& name, std::int64_t index);
+  ~StepScope();
+  StepScope(const StepScope&) = delete;
+  StepScope& operator=(const StepScope&) = delete;
+
+ private:
+  Graph& g_;
+  std::string saved_, saved_step_;
+};
+
+// The step pattern of a scope name: each run of digits as '#' ("step.12" -> "step.#").
+std::string step_key(const std::string& name);
 
 // RAII: records the user's call site for every node built inside; the outermost wins,
 // so a composite reports the line where the user called it. With replace, `loc` wins.
@@ -217,12 +264,15 @@ std::string to_text_line(const Graph& g, NodeId id);
 // How to_dot draws name scopes ("blocks.1", then "blocks.1.attn"; gradient nodes named
 // "grad(<name>)" go to the scopes "grad:<scope>").
 struct DotOptions {
-  // Draw each scope as one box (its node count in the label) instead of its nodes.
+  // Draw each scope as one box (its node count in the label) instead of its nodes, and
+  // the steps of a loop (StepScope, and their gradient's scopes) as one box per run of
+  // steps: "step.0 .. step.31 (32 steps, 800 nodes)".
   // Unset: collapse when more than `collapse_above` nodes are drawn.
   std::optional<bool> collapse;
   std::size_t collapse_above = 150;
   // Scopes to draw node by node even when collapsed (with their enclosing scopes opened
-  // and the matching gradient scope too), e.g. "blocks.1.attn".
+  // and the matching gradient scope too), e.g. "blocks.1.attn", or a step, "step.5",
+  // which splits the run of steps around it.
   std::vector<std::string> expand;
 };
 // Graphviz dot of the nodes that `roots` need: one cluster per name scope. Throws

@@ -153,6 +153,7 @@ Simplified simplify(const Graph& g, const std::vector<NodeId>& roots, const Simp
   for (NodeId r : roots) s.roots.push_back(s.map[std::size_t(r)]);
   for (const Graph::Check& c : g.checks())
     if (s.map[std::size_t(c.node)] >= 0) s.graph.add_check(s.map[std::size_t(c.node)], c.context, c.check);
+  s.graph.set_step_scopes(g.step_scopes());  // names are kept, and so is which scopes are steps (for to_dot)
   s.stats.after = s.graph.size();
   return s;
 }

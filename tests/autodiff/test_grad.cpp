@@ -87,6 +87,44 @@ TEST_CASE("grad names the gradient of a param grad(<param name>)") {
   }
 }
 
+TEST_CASE("gradient names on an unrolled RNN stay short: one value the gradient flows into, not a list") {
+  // The user's GRU-like loop with no step scopes: the two products are named (as linear()
+  // names them), the step's arithmetic between them is not.
+  Graph g;
+  const std::int64_t B = 2, T = 32, I = 3, H = 4;
+  E x = input(g, "x", {B, T, I});  // x: (B, T, I)
+  E w_ih = param(g, "rnn.ih.weight", {H, I}), w_hh = param(g, "rnn.hh.weight", {H, H});
+  E h = input(g, "h0", {B, H});  // h: (B, H)
+  for (std::int64_t t = 0; t < T; ++t) {
+    E xt{&g, op::reshape(g, op::slice(g, x.id, 1, t, t + 1), {B, I})};
+    E xi{}, hh{};
+    {
+      NameScope s(g, "rnn.ih");
+      xi = matmul(xt, w_ih, false, true);  // (B, H)
+    }
+    {
+      NameScope s(g, "rnn.hh");
+      hh = matmul(h, w_hh, false, true);  // (B, H)
+    }
+    E z{&g, op::sigmoid(g, (xi + hh).id)};
+    h = z * h + (1.f + -1.f * z) * tanh(xi + hh * z);
+  }
+  E loss = sum_all(h);
+  const NodeId first = g.size();
+  std::vector<E> gs = grad(loss, {w_ih, w_hh, x});
+  CHECK(gs[0].name() == "grad(rnn.ih.weight)");
+  CHECK(gs[1].name() == "grad(rnn.hh.weight)");
+  std::size_t longest = 0;
+  std::string worst;
+  for (NodeId id = first; id < g.size(); ++id) {
+    const std::string& n = g.node(id).name;
+    if (n.size() > longest) longest = n.size(), worst = n;
+    CHECK_MESSAGE(n.find(',') == std::string::npos, "%" << id << " '" << n << "'");
+  }
+  INFO(worst);
+  CHECK(longest <= 24);  // "grad(rnn.hh.weight)" and the like
+}
+
 TEST_CASE("grad of a non-scalar output needs a seed") {
   Graph g;
   E w = param(g, "w", {3});

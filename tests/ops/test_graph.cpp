@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ops/ir/build.h"
+#include "ops/passes/simplify.h"
 #include "ops/runtime/executor.h"
 #include "ops/ir/graph.h"
 
@@ -374,6 +375,50 @@ TEST_CASE("to_dot: one cluster per name scope, collapsible, a scope expandable")
   CHECK_THROWS_WITH_AS(to_dot(g, {out}, dot_options(std::nullopt, {"blocks.1.atn"})),
                        "to_dot: no scope 'blocks.1.atn' among the drawn nodes; did you mean 'blocks.1.attn'?",
                        GraphError);
+}
+
+TEST_CASE("step scopes name the step's nodes, not its parameters; to_dot draws runs of steps as one box") {
+  // An unrolled loop h = tanh(h * w) in step scopes, and a stand-in for its gradient named
+  // as grad() names it (grad(step.<t>), built from the last step back).
+  Graph g;
+  NodeId h = op::input(g, "x", {4});
+  for (int t = 0; t < 6; ++t) {
+    StepScope step(g, "step", t);
+    CHECK(g.scope() == fmt::format("step.{}", t));
+    CHECK(g.param_scope().empty());
+    NodeId w = op::param(g, "rnn.w", {4}, Init{});
+    CHECK(g.node(w).name == "rnn.w");  // every step finds the same parameter
+    h = op::tanh(g, op::mul(g, h, w));
+  }
+  CHECK(g.node(h).name == "step.5");
+  CHECK(g.scope().empty());
+  CHECK(g.step_scopes().size() == 6);
+  NodeId d = h;
+  for (int t = 5; t >= 0; --t) {
+    NameScope grad(g, fmt::format("grad(step.{})", t), true);
+    d = op::mul(g, op::neg(g, d), d);
+  }
+  CHECK(step_key("step.12") == "step.#");
+  CHECK(step_key("t3x10") == "t#x#");
+
+  const std::string closed = to_dot(g, {d}, dot_options(true));
+  INFO(closed);
+  CHECK(contains(closed, "label=\"step.0 .. step.5\\n(6 steps, 12 nodes)\""));
+  CHECK(contains(closed, "label=\"grad:step.5 .. grad:step.0\\n(6 steps, 12 nodes)\""));
+  CHECK(contains(closed, "label=\"rnn\\n(1 nodes)\""));  // the shared weight's scope, as before
+  CHECK(count_of(closed, "shape=box3d") == 3);
+
+  const std::string one = to_dot(g, {d}, dot_options(true, {"step.2"}));
+  CHECK(contains(one, "label=\"step.0 .. step.1\\n(2 steps, 4 nodes)\""));
+  CHECK(contains(one, "label=\"step.2\";"));  // drawn node by node
+  CHECK(contains(one, "label=\"step.3 .. step.5\\n(3 steps, 6 nodes)\""));
+  CHECK(contains(one, "label=\"grad:step.5 .. grad:step.3\\n(3 steps, 6 nodes)\""));
+  CHECK(contains(one, "label=\"grad:step.2\";"));
+  CHECK(contains(one, "label=\"grad:step.1 .. grad:step.0\\n(2 steps, 4 nodes)\""));
+  CHECK(count_of(to_dot(g, {d}, dot_options(false)), "subgraph cluster_") == 13);  // every step open, and "rnn"
+
+  // Simplification rebuilds the graph and keeps which scopes are steps.
+  CHECK(simplify(g, {d}).graph.step_scopes() == g.step_scopes());
 }
 
 TEST_CASE("to_text and to_dot mark a stop_gradient node") {
