@@ -35,6 +35,8 @@
 #include "dsl/nn.h"
 #include "dsl/transformer.h"
 #include "dsl/typed.h"
+#include "dsl/typed_layers.h"
+#include "dsl/typed_movement.h"
 
 // io: safetensors, capped reads of outside files, strict JSON objects, message helpers
 #include "io/error.h"

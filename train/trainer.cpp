@@ -17,261 +17,6 @@
 
 namespace gg::train {
 
-const OptionTable<TrainOptions>& TrainOptions::table() {
-  using T = TrainOptions;
-  static const OptionTable<T> t{
-      {opt("out_dir", &T::out_dir, "Where checkpoint.safetensors, loss.csv and loss.svg go"),
-       opt("steps", &T::steps, "Optimizer steps").at_least(1).at_most(1e9),
-       opt("warmup", &T::warmup, "Linear warm-up steps before the cosine decay").at_least(0).at_most(1e9),
-       choice("optimizer", &T::optimizer, {{"adamw", "adamw"}, {"sgd", "sgd"}}, "adamw or sgd"),
-       opt("lr", &T::lr, "Peak learning rate").above(0).at_most(10),
-       opt("min_lr", &T::min_lr, "Learning rate at the end of the cosine decay").at_least(0).at_most(10),
-       opt("beta1", &T::beta1, "AdamW beta1").at_least(0).below(1),
-       opt("beta2", &T::beta2, "AdamW beta2").at_least(0).below(1),
-       opt("eps", &T::eps, "AdamW epsilon").above(0).at_most(1),
-       opt("weight_decay", &T::weight_decay, "AdamW decoupled weight decay (parameters of 2+ dimensions)")
-           .at_least(0)
-           .at_most(100),
-       opt("momentum", &T::momentum, "SGD momentum").at_least(0).below(1),
-       opt("clip", &T::clip, "Clip the global gradient norm to this (0 = off)").at_least(0).at_most(1e9),
-       opt("eval_interval", &T::eval_interval, "Steps between evaluations and checkpoints").at_least(1).at_most(1e9),
-       opt("eval_iters", &T::eval_iters, "Validation batches per evaluation").at_least(1).at_most(1e6),
-       opt("final_eval_iters", &T::final_eval_iters, "Validation batches for the final evaluation").at_least(1).at_most(1e6),
-       opt("seed", &T::seed, "Random seed (weights, data order, dropout)").at_least(0),
-       opt("resume", &T::resume, "Continue from <out_dir>/checkpoint.safetensors"),
-       opt("quiet", &T::quiet, "No progress bar"),
-       opt("detect_anomaly", &T::detect_anomaly,
-           "Stop at the first node (forward or backward) whose output holds a NaN or a new Inf, naming it"),
-       opt("grad_stats", &T::grad_stats,
-           "Gradient statistics per parameter and step (norm, max, zeros) in grad_stats.csv and the log; "
-           "flags parameters whose gradient is zero by construction"),
-       opt("schedule", &T::schedule,
-           "Learning-rate schedule: cosine, linear, constant (each after the warm-up), or the name of a "
-           "TrainOptions::lr_schedule")
-           .optional(),
-       opt("groups", &T::groups,
-           "Parameter groups: 'pattern:lr=X,weight_decay=Y;pattern:frozen' ('*' and '?' match names; first match wins)")
-           .optional()},
-      [](const T& o) -> std::pair<std::string, std::string> {
-        if (o.min_lr > o.lr) return {"min_lr", fmt::format("{} is above lr = {}", o.min_lr, o.lr)};
-        if (o.schedule.empty()) return {"schedule", "is empty"};
-        try {
-          parse_groups(o.groups);
-        } catch (const InputError& e) {
-          return {"groups", e.what()};
-        }
-        return {};
-      }};
-  return t;
-}
-
-std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o) {
-  if (o.optimizer == "sgd") return std::make_unique<Sgd>(o.momentum);
-  return std::make_unique<AdamW>(AdamWOptions{o.beta1, o.beta2, o.eps, o.weight_decay});
-}
-
-double evaluate_loss(Model& m, const DataSource& data, std::int64_t iters) {
-  std::vector<std::pair<std::string, double>> unused;
-  return evaluate_loss(m, data, iters, unused);
-}
-
-double evaluate_loss(Model& m, const DataSource& data, std::int64_t iters,
-                     std::vector<std::pair<std::string, double>>& batch_means) {
-  batch_means.clear();
-  if (!data.val) return NAN;
-  double total = 0;
-  for (std::int64_t i = 0; i < iters; ++i) {
-    const Batch b = data.val(i);
-    if (!data.batch_metrics) {
-      total += m.loss(b);
-      continue;
-    }
-    const std::map<std::string, Tensor> out = m.evaluate(b);
-    if (auto it = out.find("loss"); it != out.end()) total += double(it->second.f()[0]);
-    else total = NAN;
-    const std::vector<std::pair<std::string, double>> got = data.batch_metrics(b, out);
-    if (i == 0) {
-      for (auto& [name, v] : got) batch_means.emplace_back(name, 0.0);
-    } else if (got.size() != batch_means.size()) {
-      throw InputError(fmt::format("DataSource::batch_metrics gave {} measures for validation batch {} but {} for "
-                                   "batch 0", got.size(), i, batch_means.size()));
-    }
-    for (std::size_t k = 0; k < got.size(); ++k) {
-      if (got[k].first != batch_means[k].first)
-        throw InputError(fmt::format("DataSource::batch_metrics named measure {} '{}' for validation batch {} but '{}' "
-                                     "for batch 0", k, got[k].first.substr(0, 60), i, batch_means[k].first.substr(0, 60)));
-      batch_means[k].second += got[k].second;
-    }
-  }
-  for (auto& [name, v] : batch_means) v /= double(iters);
-  return total / double(iters);
-}
-
-bool glob_match(const std::string& pattern, const std::string& name) {
-  // Iterative matching with one backtrack point (the last '*').
-  std::size_t p = 0, n = 0, star = std::string::npos, mark = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p, ++n;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = n;
-    } else if (star != std::string::npos) {
-      p = star + 1;
-      n = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
-std::vector<ParamGroup> parse_groups(const std::string& text) {
-  std::vector<ParamGroup> groups;
-  auto cut = [](const std::string& x) { return x.size() > 60 ? x.substr(0, 60) + "..." : x; };
-  std::size_t start = 0;
-  while (start <= text.size() && !text.empty()) {
-    const std::size_t end = std::min(text.find(';', start), text.size());
-    const std::string part = text.substr(start, end - start);
-    start = end + 1;
-    if (part.empty()) {
-      if (end == text.size()) break;
-      throw InputError("an empty group between two ';'");
-    }
-    const std::size_t colon = part.find(':');
-    ParamGroup g;
-    g.pattern = part.substr(0, colon);
-    if (g.pattern.empty()) throw InputError(fmt::format("group '{}' has no name pattern before ':'", cut(part)));
-    if (colon == std::string::npos)
-      throw InputError(fmt::format("group '{}' sets nothing: add ':lr=X', ':weight_decay=Y' or ':frozen'", cut(part)));
-    std::size_t k = colon + 1;
-    while (k <= part.size()) {
-      const std::size_t e = std::min(part.find(',', k), part.size());
-      const std::string kv = part.substr(k, e - k);
-      k = e + 1;
-      const std::size_t eq = kv.find('=');
-      const std::string key = kv.substr(0, eq), value = eq == std::string::npos ? "" : kv.substr(eq + 1);
-      if (key == "frozen" && (value.empty() || value == "true")) {
-        g.frozen = true;
-      } else if (key == "lr" || key == "weight_decay") {
-        char* stop = nullptr;
-        const double v = std::strtod(value.c_str(), &stop);
-        const bool ok = !value.empty() && stop == value.c_str() + value.size() && std::isfinite(v) &&
-                        (key == "lr" ? v > 0 && v <= 10 : v >= 0 && v <= 100);
-        if (!ok)
-          throw InputError(fmt::format("group '{}': {} must be a number in {}, got '{}'", cut(g.pattern), key,
-                                       key == "lr" ? "(0, 10]" : "[0, 100]", cut(value)));
-        (key == "lr" ? g.lr : g.weight_decay) = v;
-      } else {
-        throw InputError(fmt::format("group '{}': unknown setting '{}' (lr=X, weight_decay=Y or frozen)", cut(g.pattern),
-                                     cut(kv)));
-      }
-      if (e == part.size()) break;
-    }
-    if (g.frozen && (g.lr >= 0 || g.weight_decay >= 0))
-      throw InputError(fmt::format("group '{}' is frozen: it takes no lr or weight_decay", cut(g.pattern)));
-    groups.push_back(std::move(g));
-    if (end == text.size()) break;
-  }
-  return groups;
-}
-
-Series* series(std::vector<Series>& curves, const std::string& name) {
-  for (Series& s : curves)
-    if (s.name == name) return &s;
-  curves.push_back({name, {}, {}});
-  return &curves.back();
-}
-
-void write_curves(const std::string& dir, const std::string& title, const std::vector<Series>& curves) {
-  std::vector<Series> loss, plotted, metrics;
-  for (const Series& s : curves) {
-    const bool is_loss = s.name == "train" || s.name == "val" || s.name.ends_with(".loss");
-    if (is_loss || s.name == "grad_norm") loss.push_back(s);
-    if (is_loss) plotted.push_back(s);
-    if (!is_loss && s.name != "grad_norm") metrics.push_back(s);
-  }
-  write_csv(dir + "/loss.csv", loss);
-  write_svg(dir + "/loss.svg", title, "step", "loss", plotted);
-  if (!metrics.empty()) {
-    write_csv(dir + "/metrics.csv", metrics);
-    write_svg(dir + "/metrics.svg", title, "step", "value", metrics);
-  }
-}
-
-std::string rng_text(const std::mt19937_64& data, const std::mt19937_64& dropout) { return rngs_text({&data, &dropout}); }
-void restore_rngs(const std::string& text, const std::string& path, std::mt19937_64& data, std::mt19937_64& dropout) {
-  restore_rngs(text, path, std::vector<std::mt19937_64*>{&data, &dropout});
-}
-
-std::string rngs_text(const std::vector<const std::mt19937_64*>& gens) {
-  std::ostringstream s;
-  for (std::size_t i = 0; i < gens.size(); ++i) s << (i ? " " : "") << *gens[i];
-  return s.str();
-}
-
-void restore_rngs(const std::string& text, const std::string& path, const std::vector<std::mt19937_64*>& gens) {
-  std::istringstream s(text);
-  for (std::mt19937_64* g : gens)
-    if (!(s >> *g)) break;
-  if (!s || !(s >> std::ws).eof())
-    throw InputError(fmt::format("{}: the RNG state is damaged (expected {} mt19937_64 states)", path, gens.size()));
-}
-
-void check_schedule(const TrainOptions& o) {
-  const bool builtin = o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant";
-  if (!builtin && !o.lr_schedule)
-    throw InputError(fmt::format("training options: key 'schedule': '{}' is none of cosine, linear, constant, and no "
-                                 "lr_schedule function is given", o.schedule.substr(0, 60)));
-  if (builtin && o.lr_schedule)
-    throw InputError(fmt::format("training options: key 'schedule': an lr_schedule function needs a name of its own, "
-                                 "not '{}'", o.schedule));
-}
-
-std::vector<std::string> apply_groups(Model& m, Optimizer& optim, const TrainOptions& o) {
-  const std::vector<ParamGroup> groups = parse_groups(o.groups);
-  std::vector<std::string> frozen;
-  std::map<std::string, Optimizer::ParamSetting> settings;
-  std::vector<std::size_t> matched(groups.size(), 0);
-  for (const ParamInfo& p : m.param_table())
-    for (std::size_t k = 0; k < groups.size(); ++k) {
-      if (!glob_match(groups[k].pattern, p.name)) continue;
-      ++matched[k];
-      if (groups[k].frozen) frozen.push_back(p.name);
-      else settings[p.name] = {groups[k].lr > 0 ? groups[k].lr / o.lr : 1.0, groups[k].weight_decay};
-      break;
-    }
-  for (std::size_t k = 0; k < groups.size(); ++k)
-    if (matched[k] == 0) {
-      std::vector<std::string> names;
-      for (const ParamInfo& p : m.param_table()) names.push_back(p.name);
-      names.resize(std::min<std::size_t>(names.size(), 4));
-      throw InputError(fmt::format("training options: key 'groups': pattern '{}' matches no parameter (the model has "
-                                   "{}{})", groups[k].pattern.substr(0, 60), fmt::join(names, ", "),
-                                   m.param_table().size() > 4 ? ", ..." : ""));
-    }
-  if (frozen.size() == m.param_table().size())
-    throw InputError("training options: key 'groups': every parameter is frozen; nothing would train");
-  m.set_frozen(frozen);
-  optim.set_param_settings(std::move(settings));
-  return frozen;
-}
-
-// The learning rate of optimizer step `step` (0-based), at the run's peak lr.
-double scheduled_lr(const TrainOptions& o, std::int64_t step) {
-  if (o.lr_schedule) {
-    const double lr = o.lr_schedule(step);
-    if (!std::isfinite(lr) || lr < 0)
-      throw InputError(fmt::format("schedule '{}' gave learning rate {} at step {}", o.schedule, lr, step));
-    return lr;
-  }
-  if (o.schedule == "linear") return linear_lr(step, o.warmup, o.steps, o.lr, o.min_lr);
-  if (o.schedule == "constant") return constant_lr(step, o.warmup, o.lr);
-  return cosine_lr(step, o.warmup, o.steps, o.lr, o.min_lr);
-}
-
-
 namespace {
 
 std::int64_t batch_items(const DataSource& d, const Batch& b) {
@@ -369,20 +114,56 @@ class Run {
 
   // Optimizer step `step` (0-based): forward, backward, clip, update, curves.
   void step(std::int64_t step) {
-    Batch b = data_.train(rng_);
-    const std::mt19937_64 model_rng = m_.rng();  // to rerun the step, should it diverge
-    const double loss = m_.forward_backward(b);
-    std::vector<ParamGrad> pg = m_.grads();
-    if (o_.grad_stats && std::isfinite(loss)) record_stats(step + 1, grad_stats(pg, o_.clip));
-    const double norm = std::isfinite(loss) ? grad_norm(pg) : NAN;
-    if (!std::isfinite(loss) || !std::isfinite(norm)) diverged(step + 1, loss, norm, cause(b, model_rng));
+    // o.accum micro-batches, drawn one after another from the generator: their gradients'
+    // mean is the gradient of their mean loss, one batch accum times as large.
+    double loss = 0;
+    std::vector<ParamGrad> pg;
+    Batch b;
+    std::mt19937_64 model_rng;
+    for (std::int64_t k = 0; k < o_.accum; ++k) {
+      b = data_.train(rng_);
+      model_rng = m_.rng();  // to rerun the micro-batch, should it diverge
+      const double micro = m_.forward_backward(b);
+      if (!std::isfinite(micro)) diverged(step + 1, micro, NAN, cause(b, model_rng));
+      loss += micro;
+      items_ += batch_items(data_, b);
+      pg = m_.grads();
+      if (o_.accum > 1) accumulate(pg, k);
+    }
+    loss /= double(o_.accum);
+    if (o_.accum > 1) pg = averaged(pg);
+    if (o_.grad_stats) record_stats(step + 1, grad_stats(pg, o_.clip));
+    const double norm = grad_norm(pg);
+    if (!std::isfinite(norm)) diverged(step + 1, loss, norm, cause(b, model_rng));
     // Clipping rides along the update (the same numbers as clip_grad_norm, one pass fewer).
     optim_->step(pg, lr_at(step), clip_scale(norm, o_.clip));
-    items_ += batch_items(data_, b);
     add_point("train", step + 1, loss);
     add_point("grad_norm", step + 1, norm);
     ema_ = std::isnan(ema_) ? loss : 0.9 * ema_ + 0.1 * loss;
     res_.final_train_loss = loss;
+  }
+
+  // Gradient accumulation: micro-batch k's gradients added into sums_ (copied at k = 0).
+  void accumulate(const std::vector<ParamGrad>& pg, std::int64_t k) {
+    sums_.resize(pg.size());
+    for (std::size_t i = 0; i < pg.size(); ++i) {
+      if (k == 0) {
+        sums_[i].assign(pg[i].grad.begin(), pg[i].grad.end());
+      } else {
+        float* s = sums_[i].data();
+        const float* g = pg[i].grad.data();
+        for (std::size_t j = 0; j < sums_[i].size(); ++j) s[j] += g[j];
+      }
+    }
+  }
+  // The sums divided by accum, as the gradients the optimizer steps with.
+  std::vector<ParamGrad> averaged(std::vector<ParamGrad> pg) {
+    const float inv = 1.f / float(o_.accum);
+    for (std::size_t i = 0; i < pg.size(); ++i) {
+      for (float& v : sums_[i]) v *= inv;
+      pg[i].grad = std::span<float>(sums_[i]);
+    }
+    return pg;
   }
 
   // Validation loss over `iters` batches and the user's metrics, after `step` steps.
@@ -549,6 +330,7 @@ class Run {
   GradStats last_stats_;
   std::string stats_rows_;
   std::vector<std::string> frozen_;  // the parameters the groups freeze
+  std::vector<std::vector<float>> sums_;  // gradient accumulation's sums, per parameter
 };
 
 }  // namespace

@@ -78,6 +78,7 @@ struct TrainOptions {
   bool quiet = false;                 // no progress bar (evaluations print as lines)
   bool detect_anomaly = false;        // stop at the first node that makes a NaN or an Inf, naming it
   bool grad_stats = false;            // per-parameter gradient statistics: grad_stats.csv, the log
+  std::int64_t accum = 1;             // micro-batches per optimizer step (gradient accumulation)
   // The learning-rate schedule by name: "cosine" (warm-up, then cosine decay to min_lr),
   // "linear" (warm-up, then a straight line to min_lr), "constant" (warm-up, then lr), or the
   // name of lr_schedule. Stored in the checkpoint: a resume under another name is refused.

@@ -387,3 +387,30 @@ TEST_CASE("fit: the evaluation callback stops the run or keeps the best checkpoi
     CHECK(contains(read_all(dir.file("throws/loss.csv")), "train,20,"));
   }
 }
+
+TEST_CASE("fit: gradient accumulation matches one step on a batch accum times as large") {
+  TempDir dir;
+  for (const char* optimizer : {"sgd", "adamw"}) {
+    INFO(optimizer);
+    train::TrainOptions o = options(dir.file(std::string("big_") + optimizer), 1);
+    o.optimizer = optimizer;
+    o.warmup = 0;
+    o.clip = 0;
+    o.momentum = 0;
+    train::DataSource big = source(), micro = source();
+    // The same rows: a batch draws its rows one after another from the generator.
+    big.train = [](std::mt19937_64& rng) { return batch(rng, 16); };
+    micro.train = [](std::mt19937_64& rng) { return batch(rng, 4); };
+    train::Model a = mlp(), b = mlp();
+    const train::FitResult ra = quiet_fit(a, big, o);
+    o.out_dir = dir.file(std::string("micro_") + optimizer);
+    o.accum = 4;
+    const train::FitResult rb = quiet_fit(b, micro, o);
+    CHECK(rb.final_train_loss == doctest::Approx(ra.final_train_loss).epsilon(1e-6));
+    for (auto& [name, t] : a.params().all()) {
+      INFO(name);
+      const std::vector<float> x = t.to_vector(), y = b.params().at(name).to_vector();
+      for (std::size_t i = 0; i < x.size(); ++i) CHECK(std::fabs(y[i] - x[i]) <= 1e-6 * std::fabs(x[i]));
+    }
+  }
+}
