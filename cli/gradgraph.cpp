@@ -26,6 +26,7 @@
 #include "ops/passes/simplify.h"
 #include "ops/cpu/threads.h"
 #include "train/checkpoint.h"
+#include "train/distributed.h"
 #include "train/optim.h"
 #include "train/replay.h"
 #include "train/trainer.h"
@@ -278,7 +279,20 @@ int run_inspect(const InspectCmd& a) {
 
 }  // namespace
 
+// "gradgraph: error: ..." on stderr; under mpirun, with the rank when not rank 0, and only
+// once (by rank 0) for an error every rank raised.
+static void report_error(const std::string& msg) {
+  const train::World* w = train::World::started();
+  if (w) w->failed();
+  if (w && !w->reports_errors()) return;
+  const int rank = train::World::launched_rank();
+  fmt::print(stderr, "gradgraph: error: {}{}\n", rank > 0 ? fmt::format("rank {}: ", rank) : "", msg);
+}
+
 int main(int argc, char** argv) {
+  // Under mpirun, rank 0 speaks for the job: the other ranks' reports and samples are
+  // rank 0's, so their standard output goes nowhere (their errors still reach stderr).
+  if (train::World::launched_rank() > 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
   CLI::App app{"gradgraph: transformers as expression graphs, gradients as graphs, trained on a CPU"};
   app.require_subcommand(1);
   int threads = 0;
@@ -418,16 +432,10 @@ int main(int argc, char** argv) {
     }
     if (int status = debug.run(); status >= 0) return status;
     if (int status = bench.run(); status >= 0) return status;
-  } catch (const InputError& e) {
-    fmt::print(stderr, "gradgraph: error: {}\n", e.what());
-  } catch (const io::Error& e) {
-    fmt::print(stderr, "gradgraph: error: {}\n", e.what());
-  } catch (const GraphError& e) {
-    fmt::print(stderr, "gradgraph: error: {}\n", e.what());
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "gradgraph: error: out of memory (is the model or batch too large?)\n");
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "gradgraph: error: {}\n", e.what());
+    report_error("out of memory (is the model or batch too large?)");
+  } catch (const std::exception& e) {  // InputError, io::Error, GraphError, ...
+    report_error(e.what());
   }
   return 1;
 }

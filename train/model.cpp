@@ -209,6 +209,23 @@ double Model::forward_backward(const Batch& b) {
   return run(p, b);
 }
 
+double Model::forward_backward(const Batch& b, const std::function<void(std::size_t, std::span<const float>)>& on_grad) {
+  Plan& p = plan(b, true);
+  last_train_ = &p;
+  p.ex->watch(p.grads, [&p, &on_grad](std::size_t i) { on_grad(i, p.ex->value(p.grads[i]).fspan()); });
+  struct Unwatch {  // the plan is cached: the callback must not outlive this call
+    Executor& ex;
+    ~Unwatch() { ex.watch({}, nullptr); }
+  } unwatch{*p.ex};
+  return run(p, b);
+}
+
+std::vector<std::size_t> Model::grad_ready_at(const Batch& b, std::vector<std::string>* names) {
+  Plan& p = plan(b, true);
+  if (names) *names = p.names;
+  return p.ex->ready_at(p.grads);
+}
+
 std::vector<ParamGrad> Model::grads() {
   if (!last_train_) throw InputError(fmt::format("model '{}': grads() before any forward_backward()", kind_));
   std::vector<ParamGrad> r;

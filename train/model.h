@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,6 +97,12 @@ class Model {
 
   // The training pass: loss and every parameter's gradient (read with grads()).
   double forward_backward(const Batch& b);
+  // The same, calling on_grad(i, gradient) as soon as the gradient grads()[i] is final, while
+  // the rest of the backward runs (data parallel starts its all-reduces there; train/distributed.h).
+  double forward_backward(const Batch& b, const std::function<void(std::size_t, std::span<const float>)>& on_grad);
+  // Where each of grads()'s gradients becomes final in the training plan for b's shapes:
+  // after that many of its steps (Executor::ready_at); with names, the parameters' names.
+  std::vector<std::size_t> grad_ready_at(const Batch& b, std::vector<std::string>* names = nullptr);
   // (parameter, gradient) pairs of the last forward_backward, in declaration order.
   std::vector<ParamGrad> grads();
   // The evaluation pass (no dropout): the loss (NaN when the model declared none).

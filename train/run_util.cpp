@@ -9,6 +9,8 @@
 #include <sstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 namespace gg::train {
 
 Series* series(std::vector<Series>& curves, const std::string& name) {
@@ -103,6 +105,85 @@ double scheduled_lr(const TrainOptions& o, std::int64_t step) {
   if (o.schedule == "linear") return linear_lr(step, o.warmup, o.steps, o.lr, o.min_lr);
   if (o.schedule == "constant") return constant_lr(step, o.warmup, o.lr);
   return cosine_lr(step, o.warmup, o.steps, o.lr, o.min_lr);
+}
+
+namespace {
+// FNV-1a, 64 bits, over bytes.
+std::uint64_t fnv(const void* p, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
+  const auto* c = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+std::string clipped(const std::string& s, std::size_t n = 40) { return s.size() > n ? s.substr(0, n) + "..." : s; }
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> run_facts(const TrainOptions& o, Model& m, const Batch& first) {
+  std::vector<std::pair<std::string, std::string>> facts;
+  const nlohmann::json opts = nlohmann::json::parse(TrainOptions::table().to_json(&o));
+  for (auto& [key, v] : opts.items()) facts.emplace_back(fmt::format("option {} =", key), v.dump());
+  facts.emplace_back("model", m.kind());
+  const nlohmann::json mo = nlohmann::json::parse(m.options_json(), nullptr, /*allow_exceptions=*/false);
+  if (mo.is_object()) {
+    for (auto& [key, v] : mo.items()) facts.emplace_back(fmt::format("model option {} =", key), v.dump());
+  } else {
+    facts.emplace_back("model options", m.options_json());
+  }
+  std::string shapes;
+  for (const ParamInfo& p : m.param_table()) shapes += p.name + to_string(p.shape) + ";";
+  facts.emplace_back("parameters", fmt::format("{} tensors (shapes hash {:016x})", m.param_table().size(),
+                                               fnv(shapes.data(), shapes.size())));
+  for (auto& [name, t] : first)
+    facts.emplace_back(fmt::format("first batch's '{}':", clipped(name)),
+                       fmt::format("{}{} hash {:016x}", to_string(t.dtype()), to_string(t.shape()),
+                                   fnv(t.data(), std::size_t(t.numel()) * 4)));
+  return facts;
+}
+
+void check_same_run(const World& w, const std::vector<std::pair<std::string, std::string>>& facts) {
+  std::string mine;
+  for (auto& [label, value] : facts) mine += label + '\x1e' + value + '\x1f';
+  const std::vector<std::string> all = w.allgather(mine);
+  auto parse = [](const std::string& text) {
+    std::vector<std::pair<std::string, std::string>> r;
+    std::size_t at = 0;
+    while (at < text.size()) {
+      const std::size_t sep = text.find('\x1e', at), end = text.find('\x1f', at);
+      if (sep == std::string::npos || end == std::string::npos || sep > end) break;
+      r.emplace_back(text.substr(at, sep - at), text.substr(sep + 1, end - sep - 1));
+      at = end + 1;
+    }
+    return r;
+  };
+  const auto zero = parse(all[0]);
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    const auto other = parse(all[r]);
+    for (std::size_t k = 0; k < std::max(zero.size(), other.size()); ++k) {
+      const std::string label = k < other.size() ? other[k].first : zero[k].first;
+      const std::string a = k < other.size() && other[k].first == label ? other[k].second : "(none)";
+      std::string b = "(none)";
+      for (auto& [l, v] : zero)
+        if (l == label) b = v;
+      if (a == b) continue;
+      w.shared_error();
+      throw InputError(fmt::format("data parallel: rank {} has {} {} but rank 0 has {}; every rank must be started with "
+                                   "the same options, model and data", r, clipped(label, 60), clipped(a), clipped(b)));
+    }
+  }
+}
+
+void check_params_agree(const World& w, Model& m, std::int64_t step) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const ParamInfo& p : m.param_table()) {
+    const Tensor& t = m.params().at(p.name);
+    h = fnv(t.data(), std::size_t(t.numel()) * 4, h);
+  }
+  const std::vector<std::string> all = w.allgather(fmt::format("{:016x}", h));
+  for (std::size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) {
+      w.shared_error();
+      throw InputError(fmt::format("data parallel: after step {} rank {}'s parameters differ from rank 0's (hash {} "
+                                   "against {}): the ranks no longer train the same model", step, r, all[r], all[0]));
+    }
 }
 
 }  // namespace gg::train

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "train/distributed.h"
 #include "train/trainer.h"
 
 namespace gg::train {
@@ -31,5 +32,16 @@ double scheduled_lr(const TrainOptions& o, std::int64_t step);
 // factors and weight decays, the frozen parameters (returned). InputError for a pattern that
 // matches nothing, or when every parameter would be frozen.
 std::vector<std::string> apply_groups(Model& m, Optimizer& optim, const TrainOptions& o);
+
+// Data parallel's agreement checks. What one rank's run is made of, as (label, value) pairs:
+// every training option, the model's kind and options, its parameters' shapes and the first
+// global batch's shapes and bytes.
+std::vector<std::pair<std::string, std::string>> run_facts(const TrainOptions& o, Model& m, const Batch& first);
+// Throws InputError (an error every rank shares) naming the first fact in which a rank
+// differs from rank 0, with both values.
+void check_same_run(const World& w, const std::vector<std::pair<std::string, std::string>>& facts);
+// Throws InputError (shared) naming the step when a rank's parameters are not bit for bit
+// rank 0's.
+void check_params_agree(const World& w, Model& m, std::int64_t step);
 
 }  // namespace gg::train

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "train/checkpoint.h"
+#include "train/distributed.h"
 #include "train/plot.h"
 #include "train/progress.h"
 #include "train/run_util.h"
@@ -29,8 +30,8 @@ std::int64_t batch_items(const DataSource& d, const Batch& b) {
 class Run {
  public:
   Run(Model& m, const DataSource& data, const TrainOptions& o, const RunInfo& info, std::FILE* out)
-      : m_(m), data_(data), o_(o), info_(info), out_(out), rng_(std::uint64_t(o.seed)), optim_(make_optimizer(o)),
-        ck_path_(o.out_dir + "/checkpoint.safetensors") {
+      : m_(m), data_(data), o_(o), info_(info), out_(World::get().rank() == 0 ? out : nullptr),
+        rng_(std::uint64_t(o.seed)), optim_(make_optimizer(o)), ck_path_(o.out_dir + "/checkpoint.safetensors") {
     res_.checkpoint = ck_path_;
   }
 
@@ -45,6 +46,14 @@ class Run {
 
   void setup_groups() { frozen_ = apply_groups(m_, *optim_, o_); }
 
+  // Under mpirun: every rank checked to run the same options, model and data, then the
+  // share's plan and the gradient buckets.
+  void setup_parallel(const Batch& first) {
+    if (!w_.distributed()) return;
+    check_same_run(w_, run_facts(o_, m_, first));
+    dp_ = std::make_unique<DataParallel>(w_, m_, std::size_t(o_.bucket_mb * 1e6));
+    dp_->plan(first);
+  }
   double lr_at(std::int64_t step) const { return scheduled_lr(o_, step); }
 
   // The first batch, drawn from a copy of the generator: declares the model, sizes its plan.
@@ -100,9 +109,10 @@ class Run {
       say("frozen: {} of {} parameter tensors ({}{}): no gradient, update or optimizer state\n", frozen_.size(),
           m_.param_table().size(), fmt::join(frozen_.begin(), frozen_.begin() + std::ptrdiff_t(std::min<std::size_t>(4, frozen_.size())), ", "),
           frozen_.size() > 4 ? ", ..." : "");
-    const Executor& plan = m_.plan_for(first, /*training=*/true);  // built now: its size is known up front
+    const Executor& plan = m_.plan_for(dp_ ? dp_->share(first) : first, /*training=*/true);  // built now: its size is known up front
     say("plan: {} steps (forward and backward, a fused group counted once), arena {:.1f} MiB (without reuse {:.1f} MiB)\n",
         plan.step_count(), double(plan.arena_bytes()) / (1 << 20), double(plan.unshared_bytes()) / (1 << 20));
+    if (dp_) say("{}\n", dp_->describe());
     if (!data_.val)
       say("note: no validation batches (DataSource::val): evaluations report the training loss and metrics only\n");
     if (o_.detect_anomaly) say("anomaly mode: every node's output is checked for NaN and Inf\n");
@@ -120,21 +130,43 @@ class Run {
     std::vector<ParamGrad> pg;
     Batch b;
     std::mt19937_64 model_rng;
-    for (std::int64_t k = 0; k < o_.accum; ++k) {
-      b = data_.train(rng_);
-      model_rng = m_.rng();  // to rerun the micro-batch, should it diverge
-      const double micro = m_.forward_backward(b);
-      if (!std::isfinite(micro)) diverged(step + 1, micro, NAN, cause(b, model_rng));
-      loss += micro;
-      items_ += batch_items(data_, b);
-      pg = m_.grads();
-      if (o_.accum > 1) accumulate(pg, k);
+    if (dp_) {
+      // Data parallel: each micro-batch is a global batch; this rank runs its share, and the
+      // last one's backward all-reduces the weighted sum of every micro-batch's gradient.
+      for (std::int64_t k = 0; k < o_.accum; ++k) {
+        b = data_.train(rng_);
+        model_rng = m_.rng();
+        const bool last = k + 1 == o_.accum;
+        loss += dp_->weight(b) * dp_->step(b, last, last && o_.accum > 1 ? &sums_ : nullptr, 1.f / float(o_.accum));
+        items_ += batch_items(data_, b);
+        if (!last) accumulate(m_.grads(), k);
+      }
+      pg = dp_->reduced(m_.grads());
+      loss = w_.sum(loss) / double(o_.accum);  // the global batches' mean loss, the same on every rank
+      if (!std::isfinite(loss)) {
+        w_.shared_error();
+        diverged(step + 1, loss, NAN, cause(b, model_rng));
+      }
+    } else {
+      for (std::int64_t k = 0; k < o_.accum; ++k) {
+        b = data_.train(rng_);
+        model_rng = m_.rng();  // to rerun the micro-batch, should it diverge
+        const double micro = m_.forward_backward(b);
+        if (!std::isfinite(micro)) diverged(step + 1, micro, NAN, cause(b, model_rng));
+        loss += micro;
+        items_ += batch_items(data_, b);
+        pg = m_.grads();
+        if (o_.accum > 1) accumulate(pg, k);
+      }
+      loss /= double(o_.accum);
+      if (o_.accum > 1) pg = averaged(pg);
     }
-    loss /= double(o_.accum);
-    if (o_.accum > 1) pg = averaged(pg);
     if (o_.grad_stats) record_stats(step + 1, grad_stats(pg, o_.clip));
-    const double norm = grad_norm(pg);
-    if (!std::isfinite(norm)) diverged(step + 1, loss, norm, cause(b, model_rng));
+    const double norm = grad_norm(pg);  // under mpirun: of the global gradient, the same on every rank
+    if (!std::isfinite(norm)) {
+      w_.shared_error();
+      diverged(step + 1, loss, norm, cause(b, model_rng));
+    }
     // Clipping rides along the update (the same numbers as clip_grad_norm, one pass fewer).
     optim_->step(pg, lr_at(step), clip_scale(norm, o_.clip));
     add_point("train", step + 1, loss);
@@ -168,7 +200,8 @@ class Run {
 
   // Validation loss over `iters` batches and the user's metrics, after `step` steps.
   void evaluate(std::int64_t step, std::int64_t iters) {
-    res_.final_val_loss = evaluate_loss(m_, data_, iters, res_.metrics);
+    res_.final_val_loss = dp_ ? evaluate_split(iters) : evaluate_loss(m_, data_, iters, res_.metrics);
+    if (dp_) check_params_agree(w_, m_, step);
     if (data_.val) add_point("val", step, res_.final_val_loss);
     if (data_.metrics)
       for (auto& m : data_.metrics(m_)) res_.metrics.push_back(std::move(m));
@@ -200,6 +233,8 @@ class Run {
   }
 
   void save(std::int64_t step) {
+    w_.set_stop_note(fmt::format("the last checkpoint (step {}) is in {}", step, ck_path_));
+    if (w_.rank() != 0) return;  // rank 0 writes for every rank
     if (o_.grad_stats) write_stats();
     save_checkpoint(ck_path_, Checkpoint{m_.kind(), m_.options_json(), m_.params().all(), o_.optimizer,
                                          optim_->state(), step, TrainOptions::table().to_json(&o_),
@@ -214,12 +249,13 @@ class Run {
     evaluate(end, o_.final_eval_iters);
     if (end < o_.steps) say("stopped at step {} of {} by the evaluation callback\n", end, o_.steps);
     if (decide(end, /*final=*/true).save) save(end);
-    write_curves(o_.out_dir, info_.title, curves_);
+    write_curves_now();
     res_.curves = curves_;
     if (o_.grad_stats) say("wrote {}/grad_stats.csv\n", o_.out_dir);
     say("trained {} steps in {:.1f} s ({:.0f} {}/s)\n", res_.steps, seconds, res_.items_per_sec, data_.item_name);
     say("wrote {}, {}/loss.csv, {}/loss.svg{}\n", ck_path_, o_.out_dir, o_.out_dir,
         res_.metrics.empty() ? "" : fmt::format(", {}/metrics.csv, {}/metrics.svg", o_.out_dir, o_.out_dir));
+    if (dp_) say("{}\n", dp_->stats().describe());
     if (data_.val) say("val loss {:.4f}\n", res_.final_val_loss);
     for (auto& [name, v] : res_.metrics) say("{} {:.4f}\n", name, v);
     flush();
@@ -227,7 +263,9 @@ class Run {
   }
 
   // The curves as they are, when the run ends by an error.
-  void write_curves_now() const { write_curves(o_.out_dir, info_.title, curves_); }
+  void write_curves_now() const {
+    if (w_.rank() == 0) write_curves(o_.out_dir, info_.title, curves_);
+  }
 
   double ema() const { return ema_; }
   std::int64_t items() const { return items_; }
@@ -304,7 +342,7 @@ class Run {
   // The loss or the gradient norm of step `step` (1-based) is not finite: the curves so far
   // are written, the last checkpoint stays as it is.
   [[noreturn]] void diverged(std::int64_t step, double loss, double norm, const std::string& why) {
-    write_curves(o_.out_dir, info_.title, curves_);
+    write_curves_now();
     const bool have_ck = std::filesystem::exists(ck_path_);
     const std::string where = ck_path_.size() > 60 ? "..." + ck_path_.substr(ck_path_.size() - 57) : ck_path_;
     const double bad = std::isfinite(loss) ? norm : loss;
@@ -315,6 +353,38 @@ class Run {
                    step, curves_);
   }
 
+  // Under mpirun: the validation batches shared out across the ranks (batch i to rank
+  // i mod N), their losses and measures gathered and summed in batch order on every rank.
+  double evaluate_split(std::int64_t iters) {
+    const std::int64_t N = w_.size(), r = w_.rank();
+    if (!data_.val || iters < N) return evaluate_loss(m_, data_, iters, res_.metrics);
+    DataSource one = data_;
+    std::vector<double> mine;
+    std::vector<std::pair<std::string, double>> means;
+    std::size_t per = 0;  // values per batch: its loss and its measures
+    for (std::int64_t i = r; i < iters; i += N) {
+      one.val = [this, i](std::int64_t) { return data_.val(i); };
+      mine.push_back(evaluate_loss(m_, one, 1, means));
+      for (auto& [name, v] : means) mine.push_back(v);
+      per = 1 + means.size();
+    }
+    const std::int64_t rows = (iters + N - 1) / N;  // batches per rank, the last ranks' padded
+    mine.resize(std::size_t(rows) * per, 0.0);
+    const std::vector<double> all = w_.allgather(mine);
+    double total = 0;
+    std::vector<double> sums(per - 1, 0.0);
+    for (std::int64_t i = 0; i < iters; ++i) {
+      const double* v = all.data() + std::size_t(((i % N) * rows + i / N)) * per;
+      total += v[0];
+      for (std::size_t k = 1; k < per; ++k) sums[k - 1] += v[k];
+    }
+    res_.metrics.clear();
+    for (std::size_t k = 0; k + 1 < per; ++k) res_.metrics.emplace_back(means[k].first, sums[k] / double(iters));
+    return total / double(iters);
+  }
+
+  const World& w_ = World::get();
+  std::unique_ptr<DataParallel> dp_;  // under mpirun
   Model& m_;
   const DataSource& data_;
   const TrainOptions& o_;
@@ -335,7 +405,8 @@ class Run {
 
 }  // namespace
 
-FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const RunInfo& info, std::FILE* out) {
+namespace {
+FitResult fit_here(Model& m, const DataSource& data, const TrainOptions& opts, const RunInfo& info, std::FILE* out) {
   TrainOptions o = opts;
   TrainOptions::table().validate(&o, "training options");
   if (!data.train) throw InputError("fit: the data source has no training batches");
@@ -350,6 +421,7 @@ FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const 
   const Batch first = run.first_batch();
   m.declare(first);
   run.setup_groups();
+  run.setup_parallel(first);
   std::filesystem::create_directories(o.out_dir);
   const std::int64_t start = o.resume ? run.resume() : 0;
   if (!o.resume) m.rng().seed(std::uint64_t(o.seed) + 1);
@@ -360,7 +432,7 @@ FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const 
             "tenth of the run)\n", asked_warmup, o.steps, o.lr, o.warmup);
   run.print_header(first);
 
-  Progress progress(o.steps, o.quiet ? nullptr : stderr, data.item_name);
+  Progress progress(o.steps, o.quiet || World::get().rank() != 0 ? nullptr : stderr, data.item_name);
   const auto t0 = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   std::int64_t end = o.steps;
@@ -392,6 +464,17 @@ FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const 
   }
   progress.finish();
   return run.finish(start, end, seconds());
+}
+
+}  // namespace
+
+FitResult fit(Model& m, const DataSource& data, const TrainOptions& opts, const RunInfo& info, std::FILE* out) {
+  try {
+    return fit_here(m, data, opts, info, out);
+  } catch (...) {
+    World::get().failed();  // under mpirun: no collective finalise that a failed peer would block
+    throw;
+  }
 }
 
 }  // namespace gg::train

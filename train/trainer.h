@@ -79,6 +79,9 @@ struct TrainOptions {
   bool detect_anomaly = false;        // stop at the first node that makes a NaN or an Inf, naming it
   bool grad_stats = false;            // per-parameter gradient statistics: grad_stats.csv, the log
   std::int64_t accum = 1;             // micro-batches per optimizer step (gradient accumulation)
+  // Under mpirun (train/distributed.h): gradients are all-reduced in buckets of about this
+  // many MB, each started as soon as the backward has made it.
+  double bucket_mb = 1;
   // The learning-rate schedule by name: "cosine" (warm-up, then cosine decay to min_lr),
   // "linear" (warm-up, then a straight line to min_lr), "constant" (warm-up, then lr), or the
   // name of lr_schedule. Stored in the checkpoint: a resume under another name is refused.

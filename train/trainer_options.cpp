@@ -44,6 +44,11 @@ const OptionTable<TrainOptions>& TrainOptions::table() {
            .at_least(1)
            .at_most(1e6)
            .optional(),
+       opt("bucket_mb", &T::bucket_mb,
+           "Data parallel (mpirun): MB of gradients per all-reduce, each started as soon as the backward made it")
+           .above(0)
+           .at_most(1024)
+           .optional(),
        opt("schedule", &T::schedule,
            "Learning-rate schedule: cosine, linear, constant (each after the warm-up), or the name of a "
            "TrainOptions::lr_schedule")

@@ -186,7 +186,7 @@ thread_local bool Pool::in_worker = false;
 
 int default_threads() {
   if (const int n = env_config().num_threads; n >= 1) return n;
-  return std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, int(std::thread::hardware_concurrency()) / env_config().local_ranks);
 }
 
 std::mutex pool_mu;                  // held while a parallel job runs

@@ -45,7 +45,7 @@ const Entry kEntries[] = {
      GG_ENV_SWITCH(split_depth)},
     {"GG_SHARES", "1", "0: threads get equal shares of a job instead of shares learned from their speed",
      GG_ENV_SWITCH(shares)},
-    {"GG_NUM_THREADS", "all cores", "N: worker threads (as --threads N)",
+    {"GG_NUM_THREADS", "all cores", "N: worker threads (as --threads N); by default the cores, shared among the ranks mpirun starts on the host",
      [](EnvConfig& c, const char* v) { c.num_threads = std::max(0, std::atoi(v)); }},
     {"GG_SPIN_US", "200", "microseconds a thread polls for work before it sleeps (0: always sleep)",
      [](EnvConfig& c, const char* v) { c.spin_us = std::max(0L, std::atol(v)); }},
@@ -58,6 +58,11 @@ EnvConfig read_env_config() {
   EnvConfig c;
   for (const Entry& e : kEntries)
     if (const char* v = std::getenv(e.name)) e.read(c, v);
+  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
+    if (const char* v = std::getenv(name); v && std::atoi(v) >= 1) {
+      c.local_ranks = std::min(std::atoi(v), 1 << 16);
+      break;
+    }
   return c;
 }
 

@@ -18,6 +18,9 @@ struct EnvConfig {
   // Kernels and threads: on unless the variable is "0".
   bool steal = true, split_depth = true, shares = true;
   int num_threads = 0;  // GG_NUM_THREADS: 0 when unset or below 1 (then: hardware concurrency)
+  // Processes an MPI launcher started on this host (OMPI_COMM_WORLD_LOCAL_SIZE or
+  // MPI_LOCALNRANKS; 1 without one): the default thread count is the cores shared among them.
+  int local_ranks = 1;
   long spin_us = 200;   // GG_SPIN_US: how long a hand-off polls before sleeping (0: always sleep)
 };
 

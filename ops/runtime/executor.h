@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -96,6 +97,16 @@ class Executor {
   View value(NodeId id) const;
   Tensor get(NodeId id) const;
   float scalar(NodeId id) const { return value(id).f()[0]; }
+
+  // Values watched as they become final, so a caller can start work on them while the rest
+  // of the plan runs (data parallel's gradient all-reduces). run() calls on_ready(i) on its
+  // own thread as soon as the loop item computing ids[i] is done (a leaf's before the first
+  // item, a value a chain writes in place after the last), each once per run. Empty ids stop
+  // the watching. Throws GraphError for an id that is not an output of this plan.
+  void watch(const std::vector<NodeId>& ids, std::function<void(std::size_t)> on_ready);
+  // Where each of ids becomes final in a run: 0 before the first step, k after step k - 1
+  // (of step_count(); a chain's steps count one by one). Throws as watch() does.
+  std::vector<std::size_t> ready_at(const std::vector<NodeId>& ids) const;
 
   std::mt19937_64& rng() { return rng_; }
   // The options the plan was made with.
@@ -213,6 +224,12 @@ class Executor {
   };
   class Profiler;
   class AnomalyCheck;
+  class ReadyNotifier;
+  // watch(): per step, the watched indices final after it; those final before the first
+  // step and those final only after the last; the callback.
+  std::vector<std::vector<std::uint32_t>> watch_at_;
+  std::vector<std::uint32_t> watch_first_, watch_last_;
+  std::function<void(std::size_t)> on_ready_;
   std::vector<RunItem> items_, items_by_step_, items_skip_;
   unsigned items_skip_kinds_ = 0;  // what items_skip_ leaves out
   std::vector<std::vector<std::uint32_t>> chain_skip_steps_;  // per chain: its steps items_skip_ runs

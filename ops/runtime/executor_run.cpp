@@ -71,6 +71,51 @@ class Executor::AnomalyCheck final : public RunObserver {
   const Executor& ex_;
 };
 
+// watch(): the watched values final after each item, handed to the caller's callback.
+class Executor::ReadyNotifier final : public RunObserver {
+ public:
+  explicit ReadyNotifier(const Executor& ex) : ex_(ex) {}
+  void after(const RunItem& it) override {
+    if (it.kind != RunItem::chain) return tell(it.step);
+    const SliceChain& c = ex_.chains_[std::size_t(it.other)];
+    for (std::size_t t = c.first; t <= c.last; ++t) tell(t);
+  }
+
+ private:
+  void tell(std::size_t step) const {
+    for (std::uint32_t i : ex_.watch_at_[step]) ex_.on_ready_(i);
+  }
+  const Executor& ex_;
+};
+
+std::vector<std::size_t> Executor::ready_at(const std::vector<NodeId>& ids) const {
+  const std::vector<int> at = step_index();
+  std::vector<std::size_t> r;
+  for (NodeId user_id : ids) {
+    const NodeId id = plan_->planned_id(user_id);
+    if (id < 0 || !kept_[std::size_t(id)])
+      throw GraphError(fmt::format("node %{} is not an output of this plan; ask for it when building the executor", user_id));
+    int s = at[std::size_t(id)];
+    if (const int group = plan_->group_at(id); s < 0 && group >= 0) s = at[std::size_t(fusion_.groups[std::size_t(group)].root)];
+    if (s >= 0 && steps_[std::size_t(s)].in_place) s = int(steps_.size()) - 1;  // written by a chain in place: at the end
+    r.push_back(std::size_t(s + 1));
+  }
+  return r;
+}
+
+void Executor::watch(const std::vector<NodeId>& ids, std::function<void(std::size_t)> on_ready) {
+  const std::vector<std::size_t> at = ready_at(ids);
+  watch_at_.assign(ids.empty() ? 0 : steps_.size(), {});
+  watch_first_.clear();
+  watch_last_.clear();
+  for (std::size_t i = 0; i < at.size(); ++i) {
+    if (at[i] == 0) watch_first_.push_back(std::uint32_t(i));
+    else if (steps_[at[i] - 1].in_place) watch_last_.push_back(std::uint32_t(i));
+    else watch_at_[at[i] - 1].push_back(std::uint32_t(i));
+  }
+  on_ready_ = ids.empty() ? nullptr : std::move(on_ready);
+}
+
 void Executor::bind_params() {
   // The store may have replaced a tensor since the last run.
   for (NodeId id : plan_->order) {
@@ -197,10 +242,15 @@ void Executor::run() {
   const std::vector<RunItem>& items = by_step ? items_by_step_ : skip ? items_skip_ : items_;
   std::optional<Profiler> profiler;
   std::optional<AnomalyCheck> anomaly;
-  RunObserver* observers[2];
+  std::optional<ReadyNotifier> notifier;
+  RunObserver* observers[3];
   int watching = 0;
   if (profile_) observers[watching++] = &profiler.emplace(*this);
   if (by_step) observers[watching++] = &anomaly.emplace(*this);
+  if (on_ready_) {
+    observers[watching++] = &notifier.emplace(*this);
+    for (std::uint32_t i : watch_first_) on_ready_(i);
+  }
   for (const RunItem& it : items) {
     for (int k = 0; k < watching; ++k) observers[k]->before(it);
     run_item(it);
@@ -214,6 +264,8 @@ void Executor::run() {
     for (std::size_t u = c.first; u <= c.last; ++u)
       for (std::size_t ck : steps_[u].checks) run_check(ck);
   }
+  if (on_ready_)
+    for (std::uint32_t i : watch_last_) on_ready_(i);
 }
 
 bool Executor::skipped(const Step& st, unsigned kinds, bool in_chain) const {
