@@ -50,6 +50,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/data_path.h"
+#include "train/distributed.h"
 #include "train/error.h"
 #include "train/model.h"
 #include "train/optim.h"

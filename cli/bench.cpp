@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <optional>
 #include <ranges>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include "models/gpt_flops.h"
 #include "ops/cpu/peak.h"
 #include "ops/cpu/threads.h"
+#include "train/distributed.h"
 #include "train/optim.h"
 
 #ifndef GG_SOURCE_DIR
@@ -388,10 +390,21 @@ int run_bench(const BenchCommand& a) {
   m.declare(batch);
   m.init_params(1);
   AdamW opt({0.9, 0.99, 1e-8, 0.1});
+  // Under mpirun: the step fit() takes as a rank, on its share of the same global batch.
+  const train::World& world = train::World::get();
+  std::optional<train::DataParallel> dp;
+  if (world.distributed()) {
+    if (a.compare_torch) throw InputError("bench: --compare-torch runs in one process; leave it out under mpirun");
+    dp.emplace(world, m, std::size_t(a.bucket_mb * 1e6));
+    dp->plan(batch);
+  }
+  const train::Batch& mine = dp ? dp->share(batch) : batch;
 
-  fmt::print("gradgraph bench: {} (L{} H{} D{} V{}), batch {} x seq {}, {} threads; {}\n", a.config, c.n_layer,
-             c.n_head, c.n_embd, c.vocab_size, B, T, num_threads(), cpu);
-  Executor& plan = m.plan_for(batch, /*training=*/true);
+  fmt::print("gradgraph bench: {} (L{} H{} D{} V{}), batch {} x seq {}, {} threads{}; {}\n", a.config, c.n_layer,
+             c.n_head, c.n_embd, c.vocab_size, B, T, num_threads(),
+             dp ? fmt::format(" in each of {} ranks", world.size()) : "", cpu);
+  if (dp) fmt::print("{}\n", dp->describe());
+  Executor& plan = m.plan_for(mine, /*training=*/true);
   fmt::print("arena_bytes {} ({:.1f} MiB, planned before the first step; without buffer reuse {:.1f} MiB)\n",
              plan.arena_bytes(), double(plan.arena_bytes()) / (1 << 20), double(plan.unshared_bytes()) / (1 << 20));
   fmt::print("flops_per_step {:.0f} = {}\n", flops.total, flops.formula);
@@ -404,10 +417,11 @@ int run_bench(const BenchCommand& a) {
   // One training step as train/trainer.cpp takes it (constant lr; the schedule costs nothing).
   auto step = [&](double* fb_ms, bool optimizer = true) {
     const auto t0 = clock_type::now();
-    m.forward_backward(batch);
+    if (dp) dp->step(batch, /*reduce=*/true, nullptr, 1.f);
+    else m.forward_backward(batch);
     if (fb_ms) *fb_ms = ms_since(t0);
+    std::vector<ParamGrad> pg = dp ? dp->reduced(m.grads()) : m.grads();
     if (!optimizer) return;
-    std::vector<ParamGrad> pg = m.grads();
     opt.step(pg, 1e-3, clip_scale(grad_norm(pg), 1.0));  // clipping folded into the update, as fit() does
   };
   for (int i = 0; i < a.warmup; ++i) step(nullptr);
@@ -431,11 +445,32 @@ int run_bench(const BenchCommand& a) {
              *std::max_element(ms.begin(), ms.end()), fb_ms, step_ms - fb_ms);
   fmt::print("tokens_per_s {:.0f}\n", double(flops.tokens) / (step_ms * 1e-3));
   fmt::print("gflops {:.4g}\n", gflops);
-  const double ref = peak.reference_gflops();
+  const double ref = peak.reference_gflops() * world.size();  // every rank's threads, each rank measured as it ran
   fmt::print("fraction_of_peak {:.4g} ({:.1f}% of {:.1f} GFLOPS on {} threads; {})\n", gflops / ref, 100.0 * gflops / ref,
              ref, peak.threads, cpu);
   const double rss = peak_rss_mib();
-  fmt::print("peak_rss_mib {:.1f}\n", rss);
+  fmt::print("peak_rss_mib {:.1f}{}\n", rss, dp ? " (rank 0)" : "");
+  if (dp) {
+    fmt::print("all_reduce: {} (over {} steps)\n", dp->stats().describe(), dp->stats().steps);
+    // What the overlap hides: steps with the reductions during the backward against steps
+    // with them after it, in alternating blocks of 5.
+    std::vector<double> during, after;
+    for (int round = 0; round < std::max(2, a.steps / 5); ++round)
+      for (bool overlap : {true, false}) {
+        dp->set_overlap(overlap);
+        for (int i = 0; i < 5; ++i) {
+          const auto t0 = clock_type::now();
+          step(nullptr);
+          (overlap ? during : after).push_back(ms_since(t0));
+        }
+      }
+    dp->set_overlap(true);
+    const double saved = median(after) - median(during), blocking = dp->stats().blocking_ms;
+    fmt::print("overlap: {:.3f} ms a step with each bucket reduced as the backward makes it, {:.3f} ms with every "
+               "reduction after the backward: {:.3f} ms saved of a {:.3f} ms blocking all-reduce ({:.0f}% hidden; "
+               "medians of {} steps each)\n", median(during), median(after), saved, blocking,
+               blocking > 0 ? 100 * std::clamp(saved / blocking, 0.0, 1.0) : 0.0, during.size());
+  }
   fmt::print("load_average {:.2f} (1 minute, {} CPUs: above 0 means other work shared the machine)\n", load_average(),
              std::thread::hardware_concurrency());
 
@@ -443,7 +478,7 @@ int run_bench(const BenchCommand& a) {
     ab_compare(m, batch, ab_other, a.ab_steps, a.warmup, [&](bool optimizer) { step(nullptr, optimizer); });
 
   // Where the time goes: the executor's per-op totals over profiled steps.
-  Executor& train_plan = m.plan_for(batch, /*training=*/true);
+  Executor& train_plan = m.plan_for(mine, /*training=*/true);
   train_plan.set_profile(true);
   for (int i = 0; i < a.profile_steps; ++i) step(nullptr);
   train_plan.set_profile(false);
@@ -496,6 +531,9 @@ void BenchCommand::add_to(CLI::App& app) {
                   "groups, ops, chain-products, chain-groups, optimizer), in the --ab comparison; what is left out "
                   "writes nothing, so the values are wrong")
       ->delimiter(',');
+  cmd->add_option("--bucket-mb", bucket_mb, "Under mpirun: MB of gradients per all-reduce (as train's --bucket-mb)")
+      ->check(CLI::Range(1e-6, 1024.0))
+      ->capture_default_str();
   cmd->add_option("--ab-steps", ab_steps, "Steps of each side in the --ab / --without comparison")->capture_default_str();
   cmd->add_option("--torch-script", torch_script, "The PyTorch peer script (default: bench/torch_bench.py in the source tree)");
   cmd->add_option("--python", python, "The Python that runs the PyTorch peer (--compare-torch)")->capture_default_str();

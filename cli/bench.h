@@ -20,6 +20,7 @@ struct BenchCommand {
   std::vector<std::string> without;  // --without: kinds of work left out of it (timing only)
   std::int64_t batch = 12, seq = 0;  // seq 0: the config's block_size
   int steps = 20, warmup = 3, threads = 0, profile_steps = 5, profile_top = 0, torch_steps = 0, rounds = 3, ab_steps = 400;
+  double bucket_mb = 1;  // under mpirun: MB of gradients per all-reduce (TrainOptions::bucket_mb)
   bool peak = false, compare_torch = false;
   CLI::App* cmd = nullptr;
 

@@ -15,6 +15,8 @@
 
 #include <unistd.h>
 
+#include "ops/runtime/config.h"
+
 #ifdef GG_HAVE_MPI
 #include <mpi.h>
 #endif
@@ -28,24 +30,19 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-// The processes a launcher started, from its environment (Open MPI's, then MPICH's); 1 when
-// none did.
-int launched(std::initializer_list<const char*> names, int none) {
-  for (const char* name : names)
-    if (const char* v = std::getenv(name)) {
-      char* end = nullptr;
-      const long n = std::strtol(v, &end, 10);
-      if (end != v && n >= 0 && n < (1 << 20)) return int(n);
-    }
-  return none;
-}
-int launched_size() { return std::max(1, launched({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1)); }
+int launched_size() { return env_config().launched_size; }
 
 // What the signal handler and the exit handler read: written before they can run.
 std::atomic<bool> g_failed{false}, g_shared_error{false};
 char g_note[2][320];
 std::atomic<int> g_note_at{0};
 int g_rank = 0;
+#ifdef GG_HAVE_MPI
+// Non-blocking collectives must be started in the same order on every rank of a
+// communicator: the buckets' all-to-alls go in bucket order on one, their all-gathers
+// (which start as the all-to-alls finish) in bucket order on another.
+MPI_Comm g_spread = MPI_COMM_NULL, g_gather = MPI_COMM_NULL;
+#endif
 
 extern "C" void on_sigterm(int) {
   if (!g_shared_error.load()) {
@@ -77,6 +74,8 @@ World::World() {
     if (!inited) MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm_dup(MPI_COMM_WORLD, &g_spread);
+    MPI_Comm_dup(MPI_COMM_WORLD, &g_gather);
     std::atexit(finalize_at_exit);
   }
 #else
@@ -102,7 +101,7 @@ World& World::get() {
 }
 
 const World* World::started() { return g_world.load(); }
-int World::launched_rank() { return launched({"OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0); }
+int World::launched_rank() { return env_config().launched_rank; }
 
 std::vector<std::string> World::allgather(const std::string& mine) const {
   if (!distributed()) return {mine};
@@ -151,16 +150,11 @@ void World::set_stop_note(const std::string& note) const {
   g_note_at = next;
 }
 
-double SyncStats::hidden_share() const {
-  if (steps == 0 || blocking_ms <= 0) return 0;
-  return std::clamp(1.0 - exposed_ms / double(steps) / blocking_ms, 0.0, 1.0);
-}
-
 std::string SyncStats::describe() const {
-  if (steps == 0) return fmt::format("{:.2f} MB all-reduced per step", bytes / 1e6);
-  return fmt::format("{:.2f} MB all-reduced per step, {:.2f} ms exposed of a {:.2f} ms blocking all-reduce: {:.0f}% "
-                     "hidden behind the backward", bytes / 1e6, exposed_ms / double(steps), blocking_ms,
-                     100 * hidden_share());
+  const double n = double(std::max<std::int64_t>(steps, 1));
+  return fmt::format("{:.2f} MB all-reduced per step in {} buckets; a step spends {:.2f} ms filling and starting them "
+                     "during the backward and waits {:.2f} ms after it (a blocking all-reduce of them: {:.2f} ms)",
+                     bytes / 1e6, buckets, during_ms / n, wait_ms / n, blocking_ms);
 }
 
 // ---- the buckets ---------------------------------------------------------------------------
@@ -187,19 +181,19 @@ struct DataParallel::Buckets {
   int ranks = 1;
   bool reducing = false;
   double comm_ms = 0;  // this step's time in the callbacks
-  float scale = 1;     // this step's factor on every gradient (its weight over micro-batches)
+  std::vector<float> weights;  // per rank, the factor on its gradients (its rows' share, over micro-batches)
   const std::vector<std::vector<float>>* prior = nullptr;  // earlier micro-batches' sums, or null
 
-  // Gradient i's contribution into its bucket: scale * (g + prior[i]).
+  // Gradient i into its bucket, plus prior[i] (a copy: the weights are applied in the sum).
   void fill(std::size_t i, std::span<const float> g) {
     const auto [k, off] = at[i];
     Bucket& b = all[k];
     float* dst = b.send.data() + off;
     if (prior) {
       const float* p = (*prior)[i].data();
-      for (std::size_t j = 0; j < g.size(); ++j) dst[j] = scale * (g[j] + p[j]);
+      for (std::size_t j = 0; j < g.size(); ++j) dst[j] = g[j] + p[j];
     } else {
-      for (std::size_t j = 0; j < g.size(); ++j) dst[j] = scale * g[j];
+      std::copy(g.begin(), g.end(), dst);
     }
     given[i] = 1;
     --b.waiting;
@@ -208,35 +202,40 @@ struct DataParallel::Buckets {
   // Rank r's part of bucket b summed over the ranks in rank order, then gathered by all.
   void start(Bucket& b) {
 #ifdef GG_HAVE_MPI
-    MPI_Ialltoall(b.send.data(), int(b.chunk), MPI_FLOAT, b.recv.data(), int(b.chunk), MPI_FLOAT, MPI_COMM_WORLD,
-                  &b.req);
+    MPI_Ialltoall(b.send.data(), int(b.chunk), MPI_FLOAT, b.recv.data(), int(b.chunk), MPI_FLOAT, g_spread, &b.req);
 #endif
     b.phase = 1;
   }
   void gather(Bucket& b) {
     float* p = b.part.data();
-    std::copy(b.recv.begin(), b.recv.begin() + std::ptrdiff_t(b.chunk), p);
+    const float w0 = weights[0];
+    for (std::size_t k = 0; k < b.chunk; ++k) p[k] = w0 * b.recv[k];
     for (int r = 1; r < ranks; ++r) {
       const float* q = b.recv.data() + std::size_t(r) * b.chunk;
-      for (std::size_t k = 0; k < b.chunk; ++k) p[k] += q[k];
+      const float w = weights[std::size_t(r)];
+      for (std::size_t k = 0; k < b.chunk; ++k) p[k] += w * q[k];
     }
 #ifdef GG_HAVE_MPI
-    MPI_Iallgather(b.part.data(), int(b.chunk), MPI_FLOAT, b.result.data(), int(b.chunk), MPI_FLOAT, MPI_COMM_WORLD,
-                   &b.req);
+    MPI_Iallgather(b.part.data(), int(b.chunk), MPI_FLOAT, b.result.data(), int(b.chunk), MPI_FLOAT, g_gather, &b.req);
 #endif
     b.phase = 2;
   }
-  // Moves every started bucket on as far as it goes without waiting.
+  // Moves the started buckets on as far as they go without waiting; a bucket's all-gather
+  // starts only after the earlier buckets' (the same order on every rank).
   void poll() {
 #ifdef GG_HAVE_MPI
     for (std::size_t k = 0; k < next; ++k) {
       Bucket& b = all[k];
-      if (b.phase == 0 || b.phase == 3) continue;
       int done = 0;
-      MPI_Test(&b.req, &done, MPI_STATUS_IGNORE);
-      if (!done) continue;
-      if (b.phase == 1) gather(b);
-      else b.phase = 3;
+      if (b.phase == 1) {
+        MPI_Test(&b.req, &done, MPI_STATUS_IGNORE);
+        if (!done) break;  // later buckets' all-gathers wait for this one's
+        gather(b);
+      }
+      if (b.phase == 2) {
+        MPI_Test(&b.req, &done, MPI_STATUS_IGNORE);
+        if (done) b.phase = 3;
+      }
     }
 #endif
   }
@@ -378,6 +377,8 @@ void DataParallel::plan(const Batch& global) {
     b.part.assign(b.chunk, 0.f);
     stats_.bytes += double(b.floats) * 4;
   }
+  stats_.buckets = bk.all.size();
+  bk.weights.assign(std::size_t(bk.ranks), 1.f / float(bk.ranks));
   // One blocking reduction of every bucket, the best of three: what hiding is measured against.
   double best = 1e300;
   for (int k = 0; k < 3; ++k) {
@@ -406,18 +407,32 @@ std::string DataParallel::describe() const {
 
 double DataParallel::step(const Batch& global, bool reduce, const std::vector<std::vector<float>>* prior, float scale) {
   const Batch mine = share(global);
+  // Dropout: each rank draws its own masks from a stream of its own, seeded by one draw of
+  // the shared generator, which every rank then holds in the same state (the checkpoint's).
+  const std::uint64_t draw = m_.rng()();
+  const std::mt19937_64 shared = m_.rng();
+  m_.rng().seed(draw ^ (0x9e3779b97f4a7c15ull * std::uint64_t(w_.rank() + 1)));
+  struct Restore {
+    Model& m;
+    const std::mt19937_64& state;
+    ~Restore() { m.rng() = state; }
+  } restore{m_, shared};
   if (!reduce) return m_.forward_backward(mine);
   if (!b_) throw InputError("data parallel: step() before plan()");
   Buckets& bk = *b_;
   bk.reset();
   bk.reducing = true;
-  bk.scale = float(double(scale) * weight(global));
+  const std::int64_t B = batch_rows(global), N = w_.size();
+  bk.weights.resize(std::size_t(N));
+  for (std::int64_t r = 0; r < N; ++r) bk.weights[std::size_t(r)] = float(double(scale) * double((r + 1) * B / N - r * B / N) / double(B));
   bk.prior = prior;
-  return m_.forward_backward(mine, [&bk](std::size_t i, std::span<const float> g) {
+  return m_.forward_backward(mine, [&bk, overlap = overlap_](std::size_t i, std::span<const float> g) {
     const auto t0 = clock_type::now();
     bk.fill(i, g);
-    bk.start_ready();
-    bk.poll();
+    if (overlap) {
+      bk.start_ready();
+      bk.poll();
+    }
     bk.comm_ms += ms_since(t0);
   });
 }
@@ -431,7 +446,8 @@ std::vector<ParamGrad> DataParallel::reduced(std::vector<ParamGrad> pg) {
   for (std::size_t i = 0; i < pg.size(); ++i)
     if (!bk.given[i]) bk.fill(i, pg[i].grad);  // a gradient the run did not announce (timing skips leave work out)
   bk.wait_all();
-  stats_.exposed_ms += bk.comm_ms + ms_since(t0);
+  stats_.during_ms += bk.comm_ms;
+  stats_.wait_ms += ms_since(t0);
   ++stats_.steps;
   bk.reducing = false;
   for (std::size_t i = 0; i < pg.size(); ++i) {

@@ -111,9 +111,9 @@ std::unique_ptr<Graph> Model::graph_for(const Batch& b, bool training, ModelOutp
   ModelOutputs o;
   std::unique_ptr<Graph> g = build_graph(b, training, &o);
   if (training) {
-    std::vector<NodeId> wrt;
-    for (const Node& n : g->nodes())
-      if (n.op == OpKind::param && !frozen_.count(n.name)) wrt.push_back(g->find(n.name, OpKind::param));
+    std::vector<NodeId> wrt;  // the parameter nodes, in the graph's order (one node per name)
+    for (NodeId id = 0; id < NodeId(g->size()); ++id)
+      if (const Node& n = g->node(id); n.op == OpKind::param && !frozen_.count(n.name)) wrt.push_back(id);
     std::vector<NodeId> d = grad(*g, o.loss.id, wrt);
     if (grads) *grads = std::move(d);
   }
@@ -181,15 +181,14 @@ std::string Model::other_params(const Batch& b, const std::vector<ParamInfo>& ta
     if (auto it = decl_batch_.find(name); it != decl_batch_.end() && it->second != t.shape() && inputs.size() < 120)
       inputs += fmt::format("{}input '{}' is {} here but {} in the first batch", inputs.empty() ? "" : ", ", cut(name),
                             to_string(t.shape()), to_string(it->second));
-  std::string param = "the parameters differ in number";
-  for (const ParamInfo& now : table)
-    for (const ParamInfo& first : table_)
-      if (now.name == first.name && now.shape != first.shape) {
-        param = fmt::format("parameter '{}' would be {} instead of {}", cut(now.name), to_string(now.shape),
-                            to_string(first.shape));
-        goto found;
-      }
-found:
+  const std::string param = [&]() -> std::string {
+    for (const ParamInfo& now : table)
+      for (const ParamInfo& first : table_)
+        if (now.name == first.name && now.shape != first.shape)
+          return fmt::format("parameter '{}' would be {} instead of {}", cut(now.name), to_string(now.shape),
+                             to_string(first.shape));
+    return "the parameters differ in number";
+  }();
   return fmt::format("model '{}': {}: {}; parameters are declared once, by the first batch",
                      cut(kind_), inputs.empty() ? "the batch's shapes differ from the first batch's" : inputs, param);
 }

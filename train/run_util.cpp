@@ -186,4 +186,39 @@ void check_params_agree(const World& w, Model& m, std::int64_t step) {
     }
 }
 
+std::string divergence_cause(Model& m, const Batch& b, const std::mt19937_64& model_rng, bool detect_anomaly) {
+  for (auto& [name, t] : b) {
+    if (t.dtype() != DType::f32) continue;
+    std::int64_t nan = 0, inf = 0;
+    for (std::int64_t i = 0; i < t.numel(); ++i) {
+      nan += std::isnan(t.f()[i]);
+      inf += std::isinf(t.f()[i]);
+    }
+    if (nan + inf > 0)
+      return fmt::format("the batch's tensor '{}' holds {} NaN and {} Inf", name.substr(0, 40), nan, inf);
+  }
+  std::string found;
+  const std::mt19937_64 after = m.rng();
+  const ExecutorOptions plan_options = m.plan_options();
+  ExecutorOptions unfused = plan_options;  // every node checked on its own, a fused group's members too
+  unfused.fuse = false;
+  m.set_plan_options(unfused);
+  m.rng() = model_rng;
+  m.set_detect_anomaly(true);
+  try {
+    m.forward_backward(b);
+  } catch (const GraphError& e) {
+    // "<op> at <site> ('<name>'): anomaly: the first non-finite value of this run: <forward> node %i f32(..) holds ..."
+    std::string what = e.what();
+    if (const auto at = what.find(": anomaly: the first non-finite value of this run: "); at != std::string::npos)
+      what = what.substr(0, at) + ", " + what.substr(at + 51);
+    what = what.substr(0, what.find(" holds "));
+    found = fmt::format("the first to make one is {}", what.size() > 150 ? what.substr(0, 150) + "..." : what);
+  }
+  m.set_detect_anomaly(detect_anomaly);
+  m.set_plan_options(plan_options);
+  m.rng() = after;
+  return found.empty() ? "a rerun of the step in anomaly mode finds no node that makes a new NaN or Inf" : found;
+}
+
 }  // namespace gg::train

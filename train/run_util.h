@@ -33,6 +33,12 @@ double scheduled_lr(const TrainOptions& o, std::int64_t step);
 // matches nothing, or when every parameter would be frozen.
 std::vector<std::string> apply_groups(Model& m, Optimizer& optim, const TrainOptions& o);
 
+// Why a training pass's loss or gradient norm is not finite: a non-finite value in the
+// batch, or the first node that makes one, found by rerunning the pass (same batch,
+// parameters and dropout draws: model_rng as it was before it) in anomaly mode, unfused.
+// The model's plan options, anomaly mode (back to detect_anomaly) and generator are restored.
+std::string divergence_cause(Model& m, const Batch& b, const std::mt19937_64& model_rng, bool detect_anomaly);
+
 // Data parallel's agreement checks. What one rank's run is made of, as (label, value) pairs:
 // every training option, the model's kind and options, its parameters' shapes and the first
 // global batch's shapes and bytes.

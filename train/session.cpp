@@ -9,6 +9,7 @@
 #include <set>
 
 #include "train/checkpoint.h"
+#include "train/distributed.h"
 #include "train/progress.h"
 #include "train/run_util.h"
 
@@ -35,6 +36,9 @@ Session::Session(SessionOptions o, RunInfo info, std::FILE* out)
   if (o_.steps < 1) throw InputError(fmt::format("session: steps must be >= 1, got {}", o_.steps));
   if (o_.seed < 0) throw InputError(fmt::format("session: seed must be >= 0, got {}", o_.seed));
   if (o_.out_dir.empty()) throw InputError("session: out_dir is empty");
+  if (const int n = World::get().size(); n > 1)  // N copies would train apart and race for one checkpoint
+    throw InputError(fmt::format("session: started as {} ranks by mpirun, but a Session trains in one process "
+                                 "(data parallel covers train::fit)", n));
 }
 
 Session::~Session() = default;
@@ -170,15 +174,17 @@ void Session::resume() {
 double Session::step(const std::string& name, std::int64_t step, const Batch& b) {
   if (!started_) throw InputError("session: step() before start()");
   Part& p = part(name);
+  const std::mt19937_64 model_rng = p.m->rng();  // to rerun the pass, should it diverge
   const double loss = p.m->forward_backward(b);
   std::vector<ParamGrad> pg = p.m->grads();
   const double norm = std::isfinite(loss) ? grad_norm(pg) : NAN;
   if (!std::isfinite(loss) || !std::isfinite(norm)) {
     write_curves(o_.out_dir, info_.title, curves_);
     const bool have_ck = std::filesystem::exists(ck_path_);
-    throw Diverged(fmt::format("session part '{}' diverged at step {}: the {} is {}; {}", p.name, step + 1,
-                               std::isfinite(loss) ? "gradient norm" : "loss",
-                               std::isnan(loss) || std::isnan(norm) ? NAN : std::isfinite(loss) ? norm : loss,
+    const std::string why = divergence_cause(*p.m, b, model_rng, p.o.detect_anomaly);
+    throw Diverged(fmt::format("session part '{}' diverged at step {}: the {} is {}; {}; {}", p.name.substr(0, 40),
+                               step + 1, std::isfinite(loss) ? "gradient norm" : "loss",
+                               std::isnan(loss) || std::isnan(norm) ? NAN : std::isfinite(loss) ? norm : loss, why,
                                have_ck ? "the last good checkpoint is kept" : "no checkpoint was written before it"),
                    step + 1, curves_);
   }

@@ -301,42 +301,8 @@ class Run {
     s->y.push_back(y);
   }
 
-  // Why a step's loss or gradient norm is not finite: a non-finite value in the batch, or
-  // the first node that makes one, found by rerunning the step (same batch, parameters and
-  // dropout draws) in anomaly mode.
   std::string cause(const Batch& b, const std::mt19937_64& model_rng) {
-    for (auto& [name, t] : b) {
-      if (t.dtype() != DType::f32) continue;
-      std::int64_t nan = 0, inf = 0;
-      for (std::int64_t i = 0; i < t.numel(); ++i) {
-        nan += std::isnan(t.f()[i]);
-        inf += std::isinf(t.f()[i]);
-      }
-      if (nan + inf > 0)
-        return fmt::format("the batch's tensor '{}' holds {} NaN and {} Inf", name.substr(0, 40), nan, inf);
-    }
-    std::string found;
-    const std::mt19937_64 after = m_.rng();
-    const ExecutorOptions plan_options = m_.plan_options();
-    ExecutorOptions unfused = plan_options;  // every node checked on its own, a fused group's members too
-    unfused.fuse = false;
-    m_.set_plan_options(unfused);
-    m_.rng() = model_rng;
-    m_.set_detect_anomaly(true);
-    try {
-      m_.forward_backward(b);
-    } catch (const GraphError& e) {
-      // "<op> at <site> ('<name>'): anomaly: the first non-finite value of this run: <forward> node %i f32(..) holds ..."
-      std::string what = e.what();
-      if (const auto at = what.find(": anomaly: the first non-finite value of this run: "); at != std::string::npos)
-        what = what.substr(0, at) + ", " + what.substr(at + 51);
-      what = what.substr(0, what.find(" holds "));
-      found = fmt::format("the first to make one is {}", what.size() > 150 ? what.substr(0, 150) + "..." : what);
-    }
-    m_.set_detect_anomaly(o_.detect_anomaly);
-    m_.set_plan_options(plan_options);
-    m_.rng() = after;
-    return found.empty() ? "a rerun of the step in anomaly mode finds no node that makes a new NaN or Inf" : found;
+    return divergence_cause(m_, b, model_rng, o_.detect_anomaly);
   }
 
   // The loss or the gradient norm of step `step` (1-based) is not finite: the curves so far

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
 #include <string_view>
 
 namespace gg {
@@ -58,11 +59,19 @@ EnvConfig read_env_config() {
   EnvConfig c;
   for (const Entry& e : kEntries)
     if (const char* v = std::getenv(e.name)) e.read(c, v);
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
-    if (const char* v = std::getenv(name); v && std::atoi(v) >= 1) {
-      c.local_ranks = std::min(std::atoi(v), 1 << 16);
-      break;
-    }
+  // The MPI launcher's variables (Open MPI's, then MPICH's): the first one set and in range.
+  auto launcher = [](std::initializer_list<const char*> names, int low, int none) {
+    for (const char* name : names)
+      if (const char* v = std::getenv(name)) {
+        char* end = nullptr;
+        const long n = std::strtol(v, &end, 10);
+        if (end != v && n >= low && n < (1 << 20)) return int(n);
+      }
+    return none;
+  };
+  c.local_ranks = launcher({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1, 1);
+  c.launched_size = launcher({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1, 1);
+  c.launched_rank = launcher({"OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0, 0);
   return c;
 }
 

@@ -21,6 +21,9 @@ struct EnvConfig {
   // Processes an MPI launcher started on this host (OMPI_COMM_WORLD_LOCAL_SIZE or
   // MPI_LOCALNRANKS; 1 without one): the default thread count is the cores shared among them.
   int local_ranks = 1;
+  // The processes an MPI launcher started and this one's rank among them (OMPI_COMM_WORLD_SIZE
+  // and _RANK, or PMI_SIZE and PMI_RANK; 1 and 0 without one): train/distributed.h's world.
+  int launched_size = 1, launched_rank = 0;
   long spin_us = 200;   // GG_SPIN_US: how long a hand-off polls before sleeping (0: always sleep)
 };
 
