@@ -404,6 +404,10 @@ Seq2SeqResult run_seq2seq(const Seq2SeqOptions& opts, Seq2SeqConfig model, const
     return r;
   };
   src.items = [](const train::Batch& b) { return b.at("src").shape()[0]; };
+  src.loss_terms = [](const train::Batch& b) {  // the loss is a mean over the target tokens that are not padding
+    const Tensor& t = b.at("tgt_out");
+    return double(std::count_if(t.i(), t.i() + t.numel(), [](std::int32_t v) { return v != seq_pad; }));
+  };
 
   fmt::print(out, "gradgraph train-seq2seq: task {} ({} held-out examples), d_model {}, {} heads, {}+{} layers, batch {}\n",
              task.name, held.size(), model.d_model, model.n_head, model.enc_layers, model.dec_layers, o.batch_size);

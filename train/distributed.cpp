@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -71,6 +72,11 @@ World::World() {
   if (launched > 1) {
     int provided = 0, inited = 0;
     MPI_Initialized(&inited);
+    // Open MPI's shared-memory transport copies between processes either directly (CMA) or
+    // through shared buffers: the buffers are faster here (a blocking all-reduce of the small
+    // model's 3.24 MB: 0.6 ms against 1.1) and a rank that dies mid-copy makes no "Read -1"
+    // lines on the others' stderr. Unless the user chose (setenv does not overwrite).
+    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
     if (!inited) MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -289,8 +295,10 @@ std::int64_t batch_rows(const Batch& b) {
 }
 }  // namespace
 
-Batch DataParallel::share(const Batch& global) const {
-  const std::int64_t B = batch_rows(global), N = w_.size(), r = w_.rank();
+Batch DataParallel::share(const Batch& global) const { return share_of(global, w_.rank()); }
+
+Batch DataParallel::share_of(const Batch& global, int rank) const {
+  const std::int64_t B = batch_rows(global), N = w_.size(), r = rank;
   if (N == 1) return global;
   if (B < N)
     throw InputError(fmt::format("data parallel: the global batch has {} rows for {} ranks; give each rank one at least",
@@ -309,9 +317,19 @@ Batch DataParallel::share(const Batch& global) const {
   return s;
 }
 
-double DataParallel::weight(const Batch& global) const {
-  const std::int64_t B = batch_rows(global), N = w_.size(), r = w_.rank();
-  return double((r + 1) * B / N - r * B / N) / double(B);
+std::vector<double> DataParallel::weights(const Batch& global) const {
+  const std::int64_t B = batch_rows(global), N = w_.size();
+  std::vector<double> w(static_cast<std::size_t>(N));
+  if (!terms_) {
+    for (std::int64_t r = 0; r < N; ++r) w[std::size_t(r)] = double((r + 1) * B / N - r * B / N) / double(B);
+    return w;
+  }
+  double total = 0;  // every rank counts every share's terms from the global batch: no messages
+  for (std::int64_t r = 0; r < N; ++r) total += w[std::size_t(r)] = terms_(share_of(global, int(r)));
+  if (!(total > 0) || !std::isfinite(total))
+    throw InputError(fmt::format("data parallel: DataSource::loss_terms gives {} terms for the whole batch", total));
+  for (double& v : w) v /= total;
+  return w;
 }
 
 void DataParallel::plan(const Batch& global) {
@@ -422,9 +440,9 @@ double DataParallel::step(const Batch& global, bool reduce, const std::vector<st
   Buckets& bk = *b_;
   bk.reset();
   bk.reducing = true;
-  const std::int64_t B = batch_rows(global), N = w_.size();
-  bk.weights.resize(std::size_t(N));
-  for (std::int64_t r = 0; r < N; ++r) bk.weights[std::size_t(r)] = float(double(scale) * double((r + 1) * B / N - r * B / N) / double(B));
+  const std::vector<double> w = weights(global);
+  bk.weights.resize(w.size());
+  for (std::size_t r = 0; r < w.size(); ++r) bk.weights[r] = float(double(scale) * w[r]);
   bk.prior = prior;
   return m_.forward_backward(mine, [&bk, overlap = overlap_](std::size_t i, std::span<const float> g) {
     const auto t0 = clock_type::now();

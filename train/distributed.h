@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -92,8 +93,13 @@ class DataParallel {
   // be the batch's rows in all of them; InputError otherwise, or when there are fewer rows
   // than ranks). Rank r takes rows [r * B / N, (r + 1) * B / N).
   Batch share(const Batch& global) const;
-  // This rank's rows over the global batch's rows: the weight of its gradient in the sum.
-  double weight(const Batch& global) const;
+  // Rank r's share of a global batch (share() on rank r).
+  Batch share_of(const Batch& global, int r) const;
+  // Each rank's weight in the sum: its share of the loss terms (default: of the rows).
+  std::vector<double> weights(const Batch& global) const;
+  double weight(const Batch& global) const { return weights(global)[std::size_t(w_.rank())]; }
+  // What the loss is a mean over in a batch (DataSource::loss_terms), when not its rows.
+  void set_loss_terms(std::function<double(const Batch&)> terms) { terms_ = std::move(terms); }
   // Plans the share's training pass and the buckets, from rank 0's plan (so every rank
   // groups the same gradients the same way, whatever its share's shapes), and times one
   // blocking reduction of them. Call after the model is declared and its groups are set.
@@ -123,6 +129,7 @@ class DataParallel {
   std::unique_ptr<Buckets> b_;
   SyncStats stats_;
   bool overlap_ = true;
+  std::function<double(const Batch&)> terms_;
 };
 
 }  // namespace gg::train

@@ -52,6 +52,7 @@ class Run {
     if (!w_.distributed()) return;
     check_same_run(w_, run_facts(o_, m_, first));
     dp_ = std::make_unique<DataParallel>(w_, m_, std::size_t(o_.bucket_mb * 1e6));
+    if (data_.loss_terms) dp_->set_loss_terms(data_.loss_terms);
     dp_->plan(first);
   }
   double lr_at(std::int64_t step) const { return scheduled_lr(o_, step); }

@@ -114,6 +114,10 @@ struct DataSource {
   // passes (m.evaluate, m.loss): a training pass here would replace the gradients of the step
   // just taken.
   std::function<std::vector<std::pair<std::string, double>>(Model& m)> metrics;
+  // Under mpirun, what the loss is a mean over in a batch, when not its rows: e.g. the target
+  // tokens that are not padding. Each rank's gradient is weighted by its share of them, so
+  // the sum is the global batch's gradient (train/distributed.h). Default: rows.
+  std::function<double(const Batch&)> loss_terms;
   // Items in a batch for the throughput figure (e.g. tokens); default: its first dimension.
   std::function<std::int64_t(const Batch&)> items;
   std::string item_name = "ex";       // "tok" for tokens

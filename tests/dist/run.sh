@@ -2,7 +2,7 @@
 # Data parallel over MPI, end to end (CTest's dist_* tests): one case per call.
 #   run.sh <case> <dist_fit> <gradgraph> <work dir>
 # Cases: equal (one process against 2 and 3 ranks, even and uneven shares), cli (the GPT of
-# `gradgraph train`), accum (accumulation under mpirun), resume (a checkpoint continued on
+# `gradgraph train`), jobs (train-vit and train-seq2seq), accum (accumulation under mpirun), resume (a checkpoint continued on
 # another number of ranks), agree (ranks whose parameters part are stopped, naming the
 # step), mismatch (ranks started with other options), kill (a rank killed mid-run).
 # As root under CI: mpirun needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); --oversubscribe lets 3
@@ -55,6 +55,18 @@ cli)
   grep -q "data parallel: 2 ranks" two.txt || fail "no plan of the buckets: $(cat two.txt)"
   grep -q "MB all-reduced per step in 4 buckets; a step spends .* ms filling" two.txt || fail "no communication profile: $(cat two.txt)"
   "$fit" compare "$(ck one)" "$(ck two)" 1e-5 ;;
+jobs)
+  # The other training commands, unchanged, under mpirun: the same final figures as one process.
+  vit=(train-vit --steps 60 --quiet)
+  GG_NUM_THREADS=2 "$gg" "${vit[@]}" --out-dir v1 | grep "test accuracy" > v1.txt
+  mpi 2 "$gg" "${vit[@]}" --out-dir v2 | grep "test accuracy" > v2.txt
+  cmp v1.txt v2.txt || fail "train-vit: $(cat v1.txt) alone, $(cat v2.txt) under mpirun"
+  # A loss averaged over unpadded tokens: ranks weighted by their tokens (DataSource::loss_terms).
+  s2s=(train-seq2seq --task reverse --steps 40 --eval-interval 20 --held-out 100 --eval-examples 50 --d-model 16
+       --n-head 2 --enc-layers 1 --dec-layers 1 --batch-size 16 --dropout 0 --quiet)
+  GG_NUM_THREADS=2 "$gg" "${s2s[@]}" --out-dir s1 | grep "val loss" > s1.txt
+  mpi 2 "$gg" "${s2s[@]}" --out-dir s2 | grep "val loss" > s2.txt
+  cmp s1.txt s2.txt || fail "train-seq2seq: $(cat s1.txt) alone, $(cat s2.txt) under mpirun" ;;
 accum)
   GG_NUM_THREADS=2 "$fit" train one 1 --batch 16 >/dev/null
   mpi 2 "$fit" train two 1 --batch 8 --accum 2 >/dev/null
