@@ -4,6 +4,7 @@
 // read per kernel) and, on request, the PyTorch peer as child processes, one per setting.
 #include "cli/bench.h"
 
+
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/input_file.h"
 #include "models/gpt.h"
 #include "models/gpt_flops.h"
 #include "ops/cpu/peak.h"
@@ -369,12 +371,14 @@ int run_bench(const BenchCommand& a) {
     return 0;
   }
   if (a.config.empty()) throw InputError("bench: --config is required (or give --peak alone)");
+  cli::require_input_file("--config", a.config);
   if (a.steps < 1) throw InputError(fmt::format("--steps must be >= 1, got {}", a.steps));
   if (a.warmup < 0) throw InputError(fmt::format("--warmup must be >= 0, got {}", a.warmup));
-  if (a.batch < 1) throw InputError(fmt::format("--batch must be >= 1, got {}", a.batch));
+  if (a.batch < 1 || a.batch > 65536) throw InputError(fmt::format("--batch must be in [1, 65536], got {}", a.batch));
   if (a.ab_steps < 10)
     throw InputError(fmt::format("--ab-steps must be >= 10 (two blocks of 5 steps of each plan), got {}", a.ab_steps));
   const AbSide ab_other = ab_side(a.ab, a.without);
+  if (a.seq < 0) throw InputError(fmt::format("--seq must be >= 1 (or 0: the config's block_size), got {}", a.seq));
   const models::GptConfig c = models::load_gpt_config(a.config);
   const std::int64_t B = a.batch, T = a.seq > 0 ? a.seq : c.block_size;
   if (T > c.block_size)
@@ -508,10 +512,10 @@ void BenchCommand::add_to(CLI::App& app) {
   cmd->add_option("--warmup", warmup, "Untimed steps first")->capture_default_str();
   cmd->add_option("--profile-top", profile_top, "Also list the slowest steps of the plan, with their shapes")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--profile-steps", profile_steps, "Steps run with the per-op profile, after the timed ones")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--threads", threads, "Worker threads (default: all cores, or GG_NUM_THREADS)")
       ->check(CLI::Range(1, 256));
   cmd->add_flag("--peak", peak, "Measure and print the FMA peak only");
@@ -521,7 +525,7 @@ void BenchCommand::add_to(CLI::App& app) {
   cmd->add_option("--rounds", rounds,
                   "After the sweep, rounds of gradgraph then PyTorch's best setting back to back (the median ratio)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--ab", ab,
                   "Also time the plan with these planning switches off (comma-separated: simplify, remat, fuse, slice, "
                   "masked, in-place, epilogue) against the default one, alternating blocks of 5 steps in this process")

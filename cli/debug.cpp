@@ -2,6 +2,7 @@
 // batch, and prints one line per parameter (or writes SVG files).
 #include "cli/debug.h"
 
+
 #include <fmt/format.h>
 
 #include <array>
@@ -10,10 +11,12 @@
 #include <fstream>
 #include <random>
 
+#include "cli/input_file.h"
 #include "autodiff/grad.h"
 #include "autodiff/grad_stats.h"
 #include "autodiff/gradcheck.h"
 #include "autodiff/hvp.h"
+#include "io/message.h"
 #include "io/safetensors.h"
 #include "models/attention_maps.h"
 #include "models/char_lm.h"
@@ -37,6 +40,9 @@ struct Setup {
 
 Setup setup(const std::string& config, const std::string& weights, const std::string& batch, std::int64_t B,
             std::uint64_t seed) {
+  require_input_file("--config", config);
+  if (!weights.empty()) require_input_file("--weights", weights);
+  if (!batch.empty()) require_input_file("--batch", batch);
   Setup s;
   s.c = models::load_gpt_config(config);
   if (!batch.empty()) {
@@ -55,7 +61,21 @@ Setup setup(const std::string& config, const std::string& weights, const std::st
   s.described = fmt::format("{}x{} batch ({}), weights {}", bt[0], bt[1],
                             batch.empty() ? fmt::format("random, seed {}", seed) : batch,
                             weights.empty() ? fmt::format("from the initializers (seed {})", seed) : weights);
-  if (!weights.empty()) train::load_params(s.params, train::read_tensors(weights), models::gpt_params(s.c), weights);
+  if (!weights.empty()) {
+    train::load_params(s.params, train::read_tensors(weights), models::gpt_params(s.c), weights);
+    // Differences of NaN are NaN: no check could pass, so say why before checking.
+    for (const train::ParamInfo& p : models::gpt_params(s.c)) {
+      const Tensor& t = s.params.at(p.name);
+      std::int64_t nan = 0, inf = 0;
+      for (std::int64_t i = 0; i < t.numel(); ++i) {
+        nan += std::isnan(t.f()[i]);
+        inf += std::isinf(t.f()[i]);
+      }
+      if (nan + inf > 0)
+        throw InputError(fmt::format("--weights {}: parameter '{}' holds {} NaN and {} Inf values; the checks need "
+                                     "finite weights", io::cut(weights, 80), io::cut(p.name, 60), nan, inf));
+    }
+  }
   return s;
 }
 
@@ -94,7 +114,9 @@ int run_gradcheck(const DebugCommands& d) {
   for (auto& [name, why] : zero) fmt::print("structurally zero: {}: {}\n", name, why);
   if (bad) {
     fmt::print("{} of {} parameters disagree (rel err > {:g})\n", bad, r.size(), a.rtol);
-    return 1;
+    // The verdict on stderr too, one line: a script sees why it failed without the table.
+    throw InputError(fmt::format("gradcheck: {} of {} parameters disagree with the f64 differences (rel err > {:g}; "
+                                 "the table is on stdout)", bad, r.size(), a.rtol));
   }
   fmt::print("all {} parameters agree (worst rel err {:.2e} <= {:g})\n", r.size(), worst, a.rtol);
   return 0;
@@ -165,11 +187,15 @@ int run_hvp(const DebugCommands& d) {
                rel);
   }
   fmt::print("v . H v = {:.6g}; worst rel err {:.2e}\n", vhv, worst);
-  return worst <= 1e-2 ? 0 : 1;
+  if (!(worst <= 1e-2))
+    throw InputError(fmt::format("hvp: H v disagrees with the differences of the gradient (worst rel err {:.2e} > 1e-2; "
+                                 "the table is on stdout)", worst));
+  return 0;
 }
 
 int run_attention(const DebugCommands& d) {
   const auto& a = d.attention;
+  require_input_file("--checkpoint", a.checkpoint);
   const bool seq2seq = train::load_checkpoint(a.checkpoint).model_kind == "seq2seq";
   if (seq2seq && !a.prompt.empty())
     throw InputError(fmt::format("--prompt: {} is an encoder-decoder checkpoint; give --source", a.checkpoint));
@@ -202,7 +228,11 @@ int run_attention(const DebugCommands& d) {
   for (std::int64_t l = 0; l < m.n_layer; ++l)
     for (std::int64_t h = 0; h < m.n_head; ++h) write(fmt::format("attention_l{}h{}.svg", l, h), models::attention_svg(m, l, h));
   const std::string all = write("attention.svg", models::attention_svg(m));
-  fmt::print("{} characters, {} layers x {} heads: wrote {} and {} per-head files attention_l<L>h<H>.svg in {}\n", m.T,
+  fmt::print("{} characters{}, {} layers x {} heads: wrote {} and {} per-head files attention_l<L>h<H>.svg in {}\n", m.T,
+             std::int64_t(a.prompt.size()) > m.T
+                 ? fmt::format(" (the prompt's last; it has {}, the context {}, a heatmap at most {})", a.prompt.size(),
+                               ck.config.block_size, models::kMaxAttentionChars)
+                 : "",
              m.n_layer, m.n_head, all, m.n_layer * m.n_head, a.out);
   return 0;
 }
@@ -234,7 +264,7 @@ void DebugCommands::add_to(CLI::App& app) {
   attention_cmd = app.add_subcommand("attention", "SVG heatmaps of attention weights: every layer and head of a char-LM on --prompt, or "
                                "the last decoder layer's cross-attention of an encoder-decoder on --source");
   attention_cmd->add_option("--checkpoint", ac.checkpoint, "Checkpoint written by train")->required();
-  attention_cmd->add_option("--prompt", ac.prompt, "char-LM: text to look at (its last block_size characters)");
+  attention_cmd->add_option("--prompt", ac.prompt, "char-LM: text to look at (its last block_size characters, at most 256)");
   attention_cmd->add_option("--source", ac.source, "Encoder-decoder: source to translate (\"three hundred and seven\", \"abcd\")");
   attention_cmd->add_option("--out", ac.out, "Directory for the SVG files")->capture_default_str();
 }

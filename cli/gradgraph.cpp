@@ -15,9 +15,12 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "cli/bench.h"
 #include "cli/debug.h"
+#include "cli/input_file.h"
+#include "io/message.h"
 #include "io/safetensors.h"
 #include "models/char_lm.h"
 #include "models/gpt.h"
@@ -43,15 +46,25 @@ struct TableFlags {
   std::vector<train::BoundOptions> sets;
   std::vector<std::pair<std::string, std::string>> given;  // (option, text), in order
   std::string config;                                       // --config file, if any
+  std::vector<std::string> derived;                         // options the command sets itself
+  std::string why;                                          // ... and from what
+  std::vector<std::string> inputs = {"data"};               // options that name a file to read (empty: the default)
 
-  void add_to(CLI::App* app, const std::vector<std::string>& skip = {}) {
+  // Flags for every option but `skip`, which the command sets itself (`reason` says from
+  // what): a --config file naming one of them is refused.
+  void add_to(CLI::App* app, const std::vector<std::string>& skip, const std::string& reason) {
+    derived = skip;
+    why = reason;
     for (const train::BoundOptions& b : sets)
       for (const train::Option& o : b.list->options()) {
         if (std::find(skip.begin(), skip.end(), o.name) != skip.end()) continue;
         const std::string name = o.name;
         const std::string help = fmt::format("{} ({}; default {})", o.help, o.describe(), train::to_text(o.get(b.target)));
         auto* flag = app->add_option_function<std::string>(
-            train::flag_name(name), [this, name](const std::string& v) { given.push_back({name, v.empty() ? "true" : v}); },
+            train::flag_name(name),
+            [this, name, boolean = o.kind == train::Option::Kind::boolean](const std::string& v) {
+              given.push_back({name, boolean && v.empty() ? "true" : v});  // "--resume" alone; an empty text stays empty
+            },
             help);
         static const char* kind_names[] = {"BOOL", "INT", "FLOAT", "TEXT", "CHOICE"};
         flag->type_name(kind_names[int(o.kind)]);
@@ -61,7 +74,13 @@ struct TableFlags {
   }
   // The --config file, then the flags.
   void apply() {
-    if (!config.empty()) train::read_json_file(config, sets);
+    if (!config.empty()) {
+      cli::require_input_file("--config", config);
+      train::read_json_file(config, sets, derived, why);
+    }
+    for (auto& [name, text] : given)  // the input files among the options, before any work
+      if (std::find(inputs.begin(), inputs.end(), name) != inputs.end() && !text.empty())
+        cli::require_input_file(train::flag_name(name), text);
     for (auto& [name, text] : given) train::set_from_text(sets, name, text);
     for (const train::BoundOptions& b : sets) b.list->validate(b.target, "options");
   }
@@ -74,6 +93,9 @@ struct GradCmd {
 };
 
 int run_grad(const GradCmd& a) {
+  for (auto& [flag, path] : {std::pair{"--config", a.config}, {"--weights", a.weights}, {"--batch", a.batch}})
+    cli::require_input_file(flag, path);
+  cli::require_output_file("--out", a.out);
   models::GptConfig c = models::load_gpt_config(a.config);
   train::Model m = models::gpt_model(c);
   train::load_params(m.params(), train::read_tensors(a.weights), models::gpt_params(c), a.weights);
@@ -100,6 +122,9 @@ struct ReplayCmd {
 };
 
 int run_replay(const ReplayCmd& a) {
+  for (auto& [flag, path] : {std::pair{"--config", a.config}, {"--weights", a.weights}, {"--batches", a.batches}})
+    cli::require_input_file(flag, path);
+  cli::require_output_file("--out", a.out);
   models::GptConfig c = models::load_gpt_config(a.config);
   train::Model m = models::gpt_model(c);
   train::load_params(m.params(), train::read_tensors(a.weights), models::gpt_params(c), a.weights);
@@ -120,9 +145,9 @@ int run_replay(const ReplayCmd& a) {
           break;
         }
     if (!bad.empty())
-      throw InputError(fmt::format("replay diverged: {} parameter tensors hold non-finite values after {} steps "
-                                   "(first: {}); nothing written to {} (--allow-nonfinite writes them anyway)",
-                                   bad.size(), b.size(), bad.front(), a.out));
+      throw InputError(fmt::format("replay diverged at --lr {}: {} parameter tensors hold non-finite values after {} "
+                                   "steps (first: {}); nothing written to {} (--allow-nonfinite writes them anyway)",
+                                   a.lr, bad.size(), b.size(), io::cut(bad.front(), 40), io::cut(a.out, 80)));
   }
   io::File out;
   for (const train::ParamInfo& p : m.param_table()) out.add_f32(p.name, p.shape, m.params().at(p.name).to_vector());
@@ -142,6 +167,7 @@ struct SampleCmd {
 };
 
 int run_sample(const SampleCmd& a) {
+  cli::require_input_file("--checkpoint", a.checkpoint);
   models::CharLmCheckpoint ck = models::load_char_lm(a.checkpoint);
   const std::vector<std::string> texts = models::sample_texts(ck.config, ck.params, ck.vocab, a.o, a.samples);
   for (std::size_t i = 0; i < texts.size(); ++i) {
@@ -180,6 +206,7 @@ std::string shell_quote(const std::string& s) {
 }
 
 int run_inspect(const InspectCmd& a) {
+  cli::require_input_file("--config", a.config);
   models::GptConfig c = models::load_gpt_config(a.config);
   const std::int64_t T = a.seq > 0 ? a.seq : c.block_size;
   Graph g;
@@ -197,7 +224,7 @@ int run_inspect(const InspectCmd& a) {
     if (!a.grad_param.empty()) {
       auto at = std::find(names.begin(), names.end(), a.grad_param);
       if (at == names.end())
-        throw InputError(fmt::format("--grad: no parameter '{}' in this model{}", a.grad_param,
+        throw InputError(fmt::format("--grad: no parameter '{}' in this model{}", io::cut(a.grad_param, 60),
                                      did_you_mean(a.grad_param, names)));
       roots = {grads[std::size_t(at - names.begin())]};
       what = fmt::format("the gradient of {}", a.grad_param);
@@ -252,6 +279,8 @@ int run_inspect(const InspectCmd& a) {
     fmt::print("{}", grad_text);
   }
 
+  if (!a.dot.empty()) cli::require_output_file("--dot", a.dot);
+  if (!a.svg.empty()) cli::require_output_file("--svg", a.svg);
   if (!a.dot.empty() || !a.svg.empty()) {
     DotOptions o;
     if (a.full) o.collapse = false;
@@ -279,6 +308,26 @@ int run_inspect(const InspectCmd& a) {
 
 }  // namespace
 
+// CLI11's message on one short line: newlines as spaces, every word of more than 40 bytes
+// (an echoed value, a range bound of 1.8e308) cut, and the whole at most 240 bytes.
+static std::string short_parse_message(const std::string& msg) {
+  std::string out, word;
+  auto flush = [&] {
+    out += word.size() > 40 ? io::cut(word, 24) : word;
+    word.clear();
+  };
+  for (char ch : msg) {
+    if (ch == '\n' || ch == ' ') {
+      flush();
+      out += ' ';
+    } else {
+      word += ch;
+    }
+  }
+  flush();
+  return out.size() > 240 ? io::cut(out, 200) : out;
+}
+
 // "gradgraph: error: ..." on stderr; under mpirun, with the rank when not rank 0, and only
 // once (by rank 0) for an error every rank raised.
 static void report_error(const std::string& msg) {
@@ -286,7 +335,18 @@ static void report_error(const std::string& msg) {
   if (w) w->failed();
   if (w && !w->reports_errors()) return;
   const int rank = train::World::launched_rank();
-  fmt::print(stderr, "gradgraph: error: {}{}\n", rank > 0 ? fmt::format("rank {}: ", rank) : "", msg);
+  // Messages are one short line by construction; this keeps a path or name echoed whole by a
+  // lower layer (the file system's, the standard library's) from making a long one.
+  std::string line;
+  std::size_t word = 0;
+  for (char ch : msg) {
+    word = ch == ' ' ? 0 : word + 1;
+    if (ch == '\n') ch = ' ';
+    if (word <= 120) line += ch;
+    else if (word == 121) line += "...";
+  }
+  if (line.size() > 270) line = io::cut(line, 240);
+  fmt::print(stderr, "gradgraph: error: {}{}\n", rank > 0 ? fmt::format("rank {}: ", rank) : "", line);
 }
 
 int main(int argc, char** argv) {
@@ -304,7 +364,7 @@ int main(int argc, char** argv) {
   train::TrainOptions run = models::char_lm_train_defaults();
   TableFlags train_flags{{train::bind(job), train::bind(model), train::bind(run)}, {}, {}};
   auto* tr = app.add_subcommand("train", "Train the character-level transformer (defaults: tinyshakespeare, 2000 steps)");
-  train_flags.add_to(tr, {"vocab_size"});
+  train_flags.add_to(tr, {"vocab_size"}, "the vocabulary is the data's characters");
 
   // train-seq2seq: the encoder-decoder job; flags from its three option tables.
   models::Seq2SeqOptions s2s_job;
@@ -313,7 +373,8 @@ int main(int argc, char** argv) {
   TableFlags s2s_flags{{train::bind(s2s_job), train::bind(s2s_model), train::bind(s2s_run)}, {}, {}};
   auto* s2s = app.add_subcommand("train-seq2seq",
                                  "Train the encoder-decoder transformer (defaults: English number words to digits)");
-  s2s_flags.add_to(s2s, {"src_vocab", "tgt_vocab", "max_src_len", "max_tgt_len"});
+  s2s_flags.add_to(s2s, {"src_vocab", "tgt_vocab", "max_src_len", "max_tgt_len"},
+                   "the vocabularies and lengths are the task's");
 
   // train-vit: the ViT job; its flags come from its three option tables (image size and
   // classes are the data's; the whole test set is evaluated, so no eval-iters flags).
@@ -324,7 +385,8 @@ int main(int argc, char** argv) {
   auto* tv = app.add_subcommand("train-vit",
                                 "Train a Vision Transformer on the 8x8 handwritten digits (prints test accuracy and "
                                 "the confusion matrix)");
-  vit_flags.add_to(tv, {"image_size", "n_classes", "eval_iters", "final_eval_iters"});
+  vit_flags.add_to(tv, {"image_size", "n_classes", "eval_iters", "final_eval_iters"},
+                   "the image size and classes are the data's (8x8 digits, 10 classes), and the whole test set is evaluated");
 
   // sample
   SampleCmd sa;
@@ -369,8 +431,8 @@ int main(int argc, char** argv) {
   InspectCmd ia;
   auto* in = app.add_subcommand("inspect", "Print the model's forward (and gradient) graph, one node a line");
   in->add_option("--config", ia.config, "Model config JSON")->required();
-  in->add_option("--batch", ia.batch, "Batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  in->add_option("--seq", ia.seq, "Sequence length (default: block_size)")->check(CLI::NonNegativeNumber);
+  in->add_option("--batch", ia.batch, "Batch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  in->add_option("--seq", ia.seq, "Sequence length (default: block_size)")->check(CLI::Range(0, 1 << 20));
   in->add_option("--grad", ia.grad_param, "Also print the gradient graph; with a NAME, only that parameter's")
       ->expected(0, 1);
   in->add_flag("--no-simplify", ia.raw, "List the graph as built, not simplified");
@@ -385,6 +447,18 @@ int main(int argc, char** argv) {
   cli::BenchCommand bench;
   bench.add_to(app);
 
+  // Every option of every command, one a line ("command<TAB>--flag<TAB>TYPE<TAB>takes a
+  // value<TAB>required"), read by the generated bad-input matrix (tests/cli): a new option
+  // is tested without a test written for it. Not in --help.
+  if (argc == 2 && std::string_view(argv[1]) == "--list-options") {
+    for (const CLI::App* sub : app.get_subcommands({}))
+      for (const CLI::Option* o : sub->get_options()) {
+        if (o->get_lnames().empty() || o->get_lnames()[0] == "help") continue;
+        fmt::print("{}\t--{}\t{}\t{}\t{}\n", sub->get_name(), o->get_lnames()[0], o->get_type_name(),
+                   o->get_items_expected_max() > 0 ? 1 : 0, o->get_required() ? 1 : 0);
+      }
+    return 0;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -401,9 +475,7 @@ int main(int argc, char** argv) {
                 ? fmt::format("unknown option '{}'", first)
                 : fmt::format("unknown subcommand '{}' (expected train, train-vit, train-seq2seq, sample, grad, replay, inspect, gradcheck, hvp, attention or bench)", first);
     }
-    for (char& ch : msg)
-      if (ch == '\n') ch = ' ';
-    fmt::print(stderr, "gradgraph: error: {} (see --help)\n", msg);
+    fmt::print(stderr, "gradgraph: error: {} (see --help)\n", short_parse_message(msg));
     return 2;
   }
   if (threads > 0) gg::set_num_threads(threads);

@@ -24,7 +24,9 @@ AttentionMaps attention_maps(const GptConfig& c, const ParamStore& store, const 
   } catch (const InputError& e) {
     throw InputError(fmt::format("--prompt: {}", e.what()));
   }
-  const std::int64_t T = std::min<std::int64_t>(c.block_size, std::int64_t(ids.size()));
+  // A heatmap of more than kMaxAttentionChars characters is neither readable nor small (T x T
+  // weights a head): the prompt's last characters, whatever the context allows.
+  const std::int64_t T = std::min({c.block_size, std::int64_t(ids.size()), kMaxAttentionChars});
   ids.erase(ids.begin(), ids.end() - T);
   Graph g;
   Gpt m = build_gpt(g, c, 1, T, /*with_loss=*/false, /*training=*/false);

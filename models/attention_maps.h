@@ -21,7 +21,10 @@ struct AttentionMaps {
   }
 };
 
-// Runs `prompt` (its last block_size characters; every one in `vocab`) through the GPT
+// The most characters attention_maps looks at: a 256 x 256 heatmap a head.
+inline constexpr std::int64_t kMaxAttentionChars = 256;
+
+// Runs `prompt` (its last min(block_size, kMaxAttentionChars) characters; every one in `vocab`) through the GPT
 // and returns each block's attention weights. Throws InputError for an empty prompt or a
 // character outside the vocabulary.
 AttentionMaps attention_maps(const GptConfig& c, const ParamStore& params, const std::string& vocab,

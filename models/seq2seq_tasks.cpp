@@ -142,6 +142,18 @@ Seq2SeqTask reverse_task(std::uint64_t seed, std::int64_t held_out, std::int64_t
   if (symbols < 2 || symbols > 26 || min_len < 1 || max_len < min_len || max_len > 64)
     throw InputError(fmt::format("reverse task: wants symbols in [2, 26] and 1 <= min_len <= max_len <= 64, got {}, {}, {}",
                                  symbols, min_len, max_len));
+  // The distinct sequences there are: sum over lengths of symbols^length (capped: it only
+  // matters below the largest held-out set).
+  std::int64_t distinct = 0;
+  for (std::int64_t n = min_len; n <= max_len && distinct <= 100000; ++n) {
+    std::int64_t k = 1;
+    for (std::int64_t i = 0; i < n && k <= 100000; ++i) k *= symbols;
+    distinct += k;
+  }
+  if (held_out >= distinct)
+    throw InputError(fmt::format("held_out = {} leaves no sequence to train on: the reverse task over {} symbols of "
+                                 "lengths {} to {} has {} distinct sequences", held_out, symbols, min_len, max_len,
+                                 distinct));
   Seq2SeqTask t;
   t.name = "reverse";
   t.src_vocab = symbols + 1;  // 0 = PAD, symbol k = k + 1

@@ -217,6 +217,27 @@ void read_json(const std::string& text, const std::string& source, std::initiali
   read_json(text, source, std::vector<BoundOptions>(sets), require_all);
 }
 
+void read_json_file(const std::string& path, const std::vector<BoundOptions>& sets,
+                    const std::vector<std::string>& derived, const std::string& why) {
+  std::string text;
+  try {
+    text = io::read_file(path, std::size_t(16) << 20, "options file");
+  } catch (const io::Error& e) {
+    throw InputError(e.what());
+  }
+  std::optional<std::vector<io::JsonMember>> members;
+  try {
+    members = io::parse_json_object(text, path, /*max_depth=*/32);
+  } catch (const io::Error& e) {
+    throw InputError(e.what());
+  }
+  if (members)
+    for (const io::JsonMember& m : *members)
+      if (std::find(derived.begin(), derived.end(), m.key) != derived.end())
+        throw InputError(fmt::format("{}: key '{}' is not an option of this command: {}", cut(path), m.key, why));
+  read_json(text, path, sets, /*require_all=*/false);
+}
+
 void read_json_file(const std::string& path, const std::vector<BoundOptions>& sets, bool require_all) {
   std::string text;
   try {

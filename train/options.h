@@ -178,6 +178,11 @@ void read_json(const std::string& text, const std::string& source, const std::ve
 // The same from a file: a regular file of at most 16 MiB (a FIFO, a directory, /dev/zero
 // or a huge file is refused with one line, never read without bound).
 void read_json_file(const std::string& path, const std::vector<BoundOptions>& sets, bool require_all = false);
+// The same for a command that takes some of the tables' options from elsewhere (the data,
+// the task): a key among `derived` is refused, naming it and saying `why`, rather than
+// silently having no effect.
+void read_json_file(const std::string& path, const std::vector<BoundOptions>& sets,
+                    const std::vector<std::string>& derived, const std::string& why);
 
 // Sets option `name` of the first set that has it from command-line text; throws
 // InputError naming `--name-with-dashes` for a bad value, and for an unknown name.

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "io/message.h"
 #include "train/checkpoint.h"
 #include "train/distributed.h"
 #include "train/plot.h"
@@ -233,7 +234,40 @@ class Run {
     return line;
   }
 
+  // The parameters' global L2 norm (in double).
+  double param_norm() const {
+    double s = 0;
+    for (const ParamInfo& p : m_.param_table()) {
+      const Tensor& t = m_.params().at(p.name);
+      for (std::int64_t i = 0; i < t.numel(); ++i) s += double(t.f()[i]) * t.f()[i];
+    }
+    return std::sqrt(s);
+  }
+  // The norm at the start, the bound a checkpoint's parameters are held to.
+  void note_start() { largest_norm_ = param_norm(); }
+
+  // Writes the checkpoint of step `step` if it is a good one: finite training and validation
+  // losses, and a parameter norm at most kGrowth times the largest of the start's and the
+  // earlier checkpoints' (a run whose weights explode between two evaluations is diverging,
+  // even before its loss is infinite). Otherwise the file keeps the last good one, and the
+  // run says so.
+  static constexpr double kGrowth = 10;
   void save(std::int64_t step) {
+    const double norm = param_norm();
+    std::string bad;
+    if (!std::isfinite(ema_) && !std::isnan(ema_)) bad = fmt::format("the training loss is {}", ema_);
+    else if (std::isnan(ema_) && step > 0) bad = "the training loss is NaN";
+    else if (data_.val && !std::isfinite(res_.final_val_loss)) bad = fmt::format("the validation loss is {}", res_.final_val_loss);
+    else if (!std::isfinite(norm) || norm > kGrowth * largest_norm_)
+      bad = fmt::format("the parameters' norm is {:.4g}, over {} times the largest before ({:.4g})", norm, kGrowth,
+                        largest_norm_);
+    if (!bad.empty()) {
+      say("note: step {}: no checkpoint written: {}; {} keeps {}\n", step, bad, ck_path_,
+          last_good_ >= 0 ? fmt::format("step {}", last_good_) : std::string("nothing (none was written)"));
+      return;
+    }
+    largest_norm_ = std::max(largest_norm_, norm);
+    last_good_ = step;
     w_.set_stop_note(fmt::format("the last checkpoint (step {}) is in {}", step, ck_path_));
     if (w_.rank() != 0) return;  // rank 0 writes for every rank
     if (o_.grad_stats) write_stats();
@@ -368,6 +402,8 @@ class Run {
   std::string stats_rows_;
   std::vector<std::string> frozen_;  // the parameters the groups freeze
   std::vector<std::vector<float>> sums_;  // gradient accumulation's sums, per parameter
+  double largest_norm_ = 0;   // the parameters' norm at the start and at the checkpoints written
+  std::int64_t last_good_ = -1;  // the step of the last checkpoint written
 };
 
 }  // namespace
@@ -389,11 +425,17 @@ FitResult fit_here(Model& m, const DataSource& data, const TrainOptions& opts, c
   m.declare(first);
   run.setup_groups();
   run.setup_parallel(first);
-  std::filesystem::create_directories(o.out_dir);
+  try {
+    std::filesystem::create_directories(o.out_dir);
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw InputError(fmt::format("out_dir {}: cannot create the directory: {}", io::in_quotes(o.out_dir, 60),
+                                 e.code().message()));
+  }
   const std::int64_t start = o.resume ? run.resume() : 0;
   if (!o.resume) m.rng().seed(std::uint64_t(o.seed) + 1);
   m.set_detect_anomaly(o.detect_anomaly);
   m.init_params(std::uint64_t(o.seed));  // only parameters not loaded or set by the user
+  run.note_start();
   if (asked_warmup >= 0)
     run.say("note: warmup {} is not shorter than the run's {} steps and would never reach lr {}; capped at {} (a "
             "tenth of the run)\n", asked_warmup, o.steps, o.lr, o.warmup);

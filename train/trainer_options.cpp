@@ -57,6 +57,7 @@ const OptionTable<TrainOptions>& TrainOptions::table() {
            "Parameter groups: 'pattern:lr=X,weight_decay=Y;pattern:frozen' ('*' and '?' match names; first match wins)")
            .optional()},
       [](const T& o) -> std::pair<std::string, std::string> {
+        if (o.out_dir.empty()) return {"out_dir", "is empty (give the directory for the checkpoint and curves)"};
         if (o.min_lr > o.lr) return {"min_lr", fmt::format("{} is above lr = {}", o.min_lr, o.lr)};
         if (o.schedule.empty()) return {"schedule", "is empty"};
         try {

@@ -60,16 +60,20 @@ void Executor::check_value(const Step& st, NodeId id, const View& v) const {
   if (out.nan == 0 && out.inf == 0) return;
   const Node& n = g_.node(id);
   const bool backward = n.name.rfind("grad(", 0) == 0;
-  std::string ins;
+  // The inputs: those holding a NaN or an Inf when any does (the cause, carried in), else
+  // every one's range (the op made the first one).
+  std::string carried, ranges;
   bool inf_in = false;
   const std::vector<NodeId>& read = reads(st);
   for (std::size_t i = 0; i < read.size(); ++i) {
     const ValueSummary s = summarize(st.in[i]);
     inf_in = inf_in || s.inf > 0;
-    ins += fmt::format("; input {} {} at {}: {}, {} NaN, {} Inf", i, describe_node(g_, read[i]),
-                       site_string(g_.node(read[i]).loc),
-                       s.lo <= s.hi ? fmt::format("min {:.6g} max {:.6g}", s.lo, s.hi) : "no finite value", s.nan, s.inf);
+    (s.nan + s.inf > 0 ? carried : ranges) +=
+        fmt::format("; input {} {} at {}: {}, {} NaN, {} Inf", i, describe_node(g_, read[i]),
+                    site_string(g_.node(read[i]).loc),
+                    s.lo <= s.hi ? fmt::format("min {:.6g} max {:.6g}", s.lo, s.hi) : "no finite value", s.nan, s.inf);
   }
+  const std::string& ins = carried.empty() ? ranges : carried;
   // An infinity passed on from an input is not new (a mask's -inf flowing through where and
   // the max trick is by design); a NaN always is, and so is an infinity made here (overflow,
   // log of 0, division by 0).

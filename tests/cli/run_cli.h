@@ -47,8 +47,11 @@ struct Result {
   }
 };
 
-// Runs `gradgraph <args>` (args already quoted as needed).
-inline Result run(const std::string& args) {
+// Runs `gradgraph <args>` (args already quoted as needed). With seconds > 0 the command is
+// killed after that long (exit status -1) and its address space is limited to `mib` MiB: a
+// command that would hang or grow without bound fails the test instead of stalling it.
+// With cwd, the command runs there (relative paths it writes land in a temporary directory).
+inline Result run(const std::string& args, int seconds = 0, long mib = 0, const std::string& cwd = "") {
   Result r;
   if (!fs::exists(GG_CLI_PATH)) {
     r.err = "the gradgraph binary GG_CLI_PATH = '" GG_CLI_PATH "' does not exist (see tests/CMakeLists.txt)\n";
@@ -59,7 +62,10 @@ inline Result run(const std::string& args) {
       (fs::temp_directory_path() / ("gg_test_cli_stdout_" + std::to_string(::getpid()) + "_" + std::to_string(n++)))
           .string();
   // stderr to the pipe, stdout to a file.
-  const std::string cmd = std::string(quote(GG_CLI_PATH)) + " " + args + " 2>&1 >" + quote(out_file);
+  std::string cmd = std::string(quote(GG_CLI_PATH)) + " " + args + " 2>&1 >" + quote(out_file);
+  if (seconds > 0)
+    cmd = "ulimit -v " + std::to_string(mib * 1024) + "; exec timeout -s KILL " + std::to_string(seconds) + " " + cmd;
+  if (!cwd.empty()) cmd = "cd " + quote(cwd) + " && " + cmd;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
   char buf[4096];

@@ -262,11 +262,14 @@ const std::vector<Row> kRows = {
      1, {"c.json"}},
     // ---- losing work ----
     {"a diverging run keeps the last good checkpoint",
-     [](const TempDir& d) {  // SGD with momentum at lr 10, unclipped: the loss is infinite by step 23
-       return "train --quiet --data " + quote(text_file(d)) + " --out-dir " + quote(d.file("run")) +
-              " --n-layer 1 --n-embd 16 --n-head 2 --block-size 8 --batch-size 2 --eval-interval 2 --eval-iters 1"
-              " --final-eval-iters 1 --sample-tokens 0 --warmup 0 --steps 60 --optimizer sgd --momentum 0.9"
-              " --lr 10 --min-lr 10 --clip 0";
+     [](const TempDir& d) {  // 4 good steps, then SGD with momentum at lr 10, unclipped: infinite by step 25
+       const std::string args = "train --quiet --data " + quote(text_file(d)) + " --out-dir " + quote(d.file("run")) +
+                                " --n-layer 1 --n-embd 16 --n-head 2 --block-size 8 --batch-size 2 --eval-interval 2"
+                                " --eval-iters 1 --final-eval-iters 1 --sample-tokens 0 --warmup 0 --optimizer sgd"
+                                " --momentum 0.9 --clip 0";
+       const Result good = run(args + " --steps 4 --lr 0.1 --min-lr 0.1");
+       REQUIRE_MESSAGE(good.status == 0, good.err);
+       return args + " --steps 60 --resume --lr 10 --min-lr 10";
      },
      1, {"diverged", "last good checkpoint"}},
 };
