@@ -29,6 +29,17 @@ namespace fs = std::filesystem;
 
 
 
+// Writes `text` to `path` (bytes as they are).
+inline void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// dir/t.txt: a small training text (2,760 characters, 16 distinct), for runs of a few steps.
+inline std::string text_file(const TempDir& dir) {
+  std::string t;
+  for (int i = 0; i < 60; ++i) t += "the cat sat on the mat. a dog ran to the log.\n";
+  write(dir.file("t.txt"), t);
+  return dir.file("t.txt");
+}
+
 // Single-quotes `s` for /bin/sh.
 inline std::string quote(const std::string& s) {
   std::string q = "'";

@@ -34,15 +34,6 @@ const std::string kWeights = quote(golden("ref_basic.weights.safetensors"));
 const std::string kBatch = quote(golden("ref_basic.batch.safetensors"));
 const std::string kBatches = quote(golden("ref_basic.batches.safetensors"));
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
-
-std::string text_file(const TempDir& dir) {
-  std::string t;
-  for (int i = 0; i < 60; ++i) t += "the cat sat on the mat. a dog ran to the log.\n";
-  write(dir.file("t.txt"), t);
-  return dir.file("t.txt");
-}
-
 // A tiny char-LM run with a checkpoint every step: returns the train arguments (without
 // --steps) and leaves dir/run/checkpoint.safetensors at step 2.
 std::string tiny_train(const TempDir& dir, const std::string& extra = "--block-size 8") {

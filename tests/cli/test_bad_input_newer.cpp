@@ -20,15 +20,6 @@ namespace {
 
 using gg::test::contains;
 
-void write(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
-
-std::string text_file(const TempDir& dir) {
-  std::string t;
-  for (int i = 0; i < 60; ++i) t += "the cat sat on the mat. a dog ran to the log.\n";
-  write(dir.file("t.txt"), t);
-  return dir.file("t.txt");
-}
-
 // One refusal: exit status 1 within 20 s and 2 GiB, one line naming each of `names`.
 void refused(const std::string& args, const std::vector<std::string>& names) {
   const Result r = run(args, 20, 2048);

@@ -47,10 +47,7 @@ struct Fixture {
   TempDir dir;
   std::string text, checkpoint, tiny_config;
   Fixture() {
-    text = dir.file("t.txt");
-    std::string t;
-    for (int i = 0; i < 60; ++i) t += "the cat sat on the mat. a dog ran to the log.\n";
-    std::ofstream(text) << t;
+    text = text_file(dir);
     const Result r = run("train --quiet --steps 1 --data " + quote(text) + " --block-size 8 --n-layer 1 --n-embd 16 "
                          "--n-head 2 --batch-size 2 --eval-iters 1 --final-eval-iters 1 --sample-tokens 0 --out-dir " +
                          quote(dir.file("ck")), 60, 4096);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "dsl/nn.h"
+#include "tests/regression_data.h"
 #include "train/checkpoint.h"
 #include "train/distributed.h"
 #include "train/trainer.h"
@@ -30,17 +31,6 @@ train::Model mlp() {
     Expr err = linear(h, 1, "out") - in["y"];
     return train::ModelOutputs{mean_all(err * err), {}};
   });
-}
-
-train::Batch batch(std::mt19937_64& rng, std::int64_t B) {
-  std::uniform_real_distribution<float> u(-2.f, 2.f);
-  std::vector<float> x(std::size_t(2 * B)), y(static_cast<std::size_t>(B));
-  for (std::int64_t i = 0; i < B; ++i) {
-    x[std::size_t(2 * i)] = u(rng);
-    x[std::size_t(2 * i + 1)] = u(rng);
-    y[std::size_t(i)] = std::sin(x[std::size_t(2 * i)]) + x[std::size_t(2 * i + 1)] / 2;
-  }
-  return {{"x", Tensor::f32({B, 2}, x)}, {"y", Tensor::f32({B, 1}, y)}};
 }
 
 int compare(const char* a, const char* b, double tol) {
@@ -104,10 +94,10 @@ int main(int argc, char** argv) {
     }
     train::Model m = mlp();
     train::DataSource d;
-    d.train = [B](std::mt19937_64& rng) { return batch(rng, B); };
+    d.train = [B](std::mt19937_64& rng) { return gg::test::regression_batch(rng, B); };
     d.val = [](std::int64_t i) {
       std::mt19937_64 rng(1000 + std::uint64_t(i));
-      return batch(rng, 8);
+      return gg::test::regression_batch(rng, 8);
     };
     // A test of the ranks' agreement check: rank 1 nudges one weight at an evaluation, so
     // the parameters no longer match at the next one.

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "dsl/nn.h"
+#include "tests/regression_data.h"
 #include "tests/test_util.h"
 #include "train/checkpoint.h"
 
@@ -40,27 +41,16 @@ train::Model mlp(std::int64_t hidden = 16) {
       fmt::format("{{\"hidden\": {}}}", hidden));
 }
 
-train::Batch random_batch(std::mt19937_64& rng, std::int64_t B) {
-  std::uniform_real_distribution<float> u(-2.f, 2.f);
-  std::vector<float> x(std::size_t(2 * B)), y(static_cast<std::size_t>(B));
-  for (std::int64_t i = 0; i < B; ++i) {
-    x[std::size_t(2 * i)] = u(rng);
-    x[std::size_t(2 * i + 1)] = u(rng);
-    y[std::size_t(i)] = std::sin(x[std::size_t(2 * i)]) + x[std::size_t(2 * i + 1)] / 2;
-  }
-  return {{"x", Tensor::f32({B, 2}, x)}, {"y", Tensor::f32({B, 1}, y)}};
-}
-
 train::DataSource source() {
   train::DataSource d;
-  d.train = [](std::mt19937_64& rng) { return random_batch(rng, 16); };
+  d.train = [](std::mt19937_64& rng) { return gg::test::regression_batch(rng, 16); };
   d.val = [](std::int64_t i) {  // another batch shape: 64 rows
     std::mt19937_64 rng(1000 + std::uint64_t(i));
-    return random_batch(rng, 64);
+    return gg::test::regression_batch(rng, 64);
   };
   d.metrics = [](train::Model& m) {
     std::mt19937_64 rng(7);
-    auto out = m.evaluate(random_batch(rng, 64));
+    auto out = m.evaluate(gg::test::regression_batch(rng, 64));
     return std::vector<std::pair<std::string, double>>{{"rmse", std::sqrt(double(out.at("loss").f()[0]))}};
   };
   return d;
@@ -174,7 +164,7 @@ TEST_CASE("fit: a diverging run stops, keeps the last good checkpoint and writes
   train::DataSource d = source();
   std::int64_t calls = 0;
   d.train = [&](std::mt19937_64& rng) {
-    train::Batch b = random_batch(rng, 16);
+    train::Batch b = gg::test::regression_batch(rng, 16);
     if (++calls > 51) b["y"].f()[0] = INFINITY;
     return b;
   };
@@ -246,7 +236,7 @@ TEST_CASE("fit: gradient statistics on request, and anomaly mode names the node 
   std::int64_t calls = 0;
   d.train = [&](std::mt19937_64& rng) {
     if (++calls == 6) n.params().at("fc2.weight").f()[3] = NAN;
-    return random_batch(rng, 16);
+    return gg::test::regression_batch(rng, 16);
   };
   std::string msg;
   try {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dsl/nn.h"
+#include "tests/regression_data.h"
 #include "tests/test_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -32,23 +33,13 @@ train::Model mlp(std::string kind = "mlp") {
   });
 }
 
-train::Batch batch(std::mt19937_64& rng, std::int64_t B, std::int64_t width = 2) {
-  std::uniform_real_distribution<float> u(-2.f, 2.f);
-  std::vector<float> x(std::size_t(width * B)), y(static_cast<std::size_t>(B));
-  for (std::int64_t i = 0; i < B; ++i) {
-    for (std::int64_t j = 0; j < width; ++j) x[std::size_t(width * i + j)] = u(rng);
-    y[std::size_t(i)] = std::sin(x[std::size_t(width * i)]) + x[std::size_t(width * i + 1)] / 2;
-  }
-  return {{"x", Tensor::f32({B, width}, x)}, {"y", Tensor::f32({B, 1}, y)}};
-}
-
 train::DataSource source(bool with_val = true) {
   train::DataSource d;
-  d.train = [](std::mt19937_64& rng) { return batch(rng, 16); };
+  d.train = [](std::mt19937_64& rng) { return gg::test::regression_batch(rng, 16); };
   if (with_val)
     d.val = [](std::int64_t i) {
       std::mt19937_64 rng(1000 + std::uint64_t(i));
-      return batch(rng, 32);
+      return gg::test::regression_batch(rng, 32);
     };
   return d;
 }
@@ -113,10 +104,10 @@ TEST_CASE("fit regression: a warm-up longer than the run is capped, with one lin
 TEST_CASE("fit regression: a changed batch width names the input and the parameter it changes") {
   train::Model m = mlp();
   std::mt19937_64 rng(1);
-  m.declare(batch(rng, 8, 3));
+  m.declare(gg::test::regression_batch(rng, 8, 3));
   m.init_params(1);
-  m.forward_backward(batch(rng, 8, 3));
-  const std::string e = error_of([&] { m.forward_backward(batch(rng, 8, 4)); });
+  m.forward_backward(gg::test::regression_batch(rng, 8, 3));
+  const std::string e = error_of([&] { m.forward_backward(gg::test::regression_batch(rng, 8, 4)); });
   INFO(e);
   CHECK(contains(e, "input 'x'"));
   CHECK(contains(e, "(8, 4)"));
@@ -152,7 +143,7 @@ TEST_CASE("fit regression: divergence names the first non-finite node, or the ba
   // An infinity in the data: the batch's tensor is named.
   train::DataSource d = source();
   d.train = [](std::mt19937_64& rng) {
-    train::Batch b = batch(rng, 16);
+    train::Batch b = gg::test::regression_batch(rng, 16);
     b["y"].f()[2] = INFINITY;
     return b;
   };
@@ -205,7 +196,7 @@ TEST_CASE("Model::graph_for returns the training graph with its gradient nodes; 
   TempDir dir;
   train::Model m = mlp();
   std::mt19937_64 rng(1);
-  const train::Batch b = batch(rng, 16);
+  const train::Batch b = gg::test::regression_batch(rng, 16);
   m.declare(b);
   const std::unique_ptr<Graph> eval = m.graph_for(b, false);
   const std::unique_ptr<Graph> train_g = m.graph_for(b, true);
@@ -224,7 +215,7 @@ TEST_CASE("fit: parameter groups freeze, and set their own learning rate and wei
   TempDir dir;
   std::mt19937_64 rng(1);
   train::Model init = mlp();
-  init.declare(batch(rng, 16));
+  init.declare(gg::test::regression_batch(rng, 16));
   init.init_params(5);  // the weights every run below starts from (seed 5)
   SUBCASE("frozen: not moved even by weight decay, no optimizer state, no gradient in the plan") {
     train::Model m = mlp();
@@ -242,7 +233,7 @@ TEST_CASE("fit: parameter groups freeze, and set their own learning rate and wei
     CHECK(contains(ck.train_options, "\"groups\":\"fc1.*:frozen\""));
     std::vector<NodeId> grads;
     std::mt19937_64 r2(2);
-    m.graph_for(batch(r2, 16), true, nullptr, &grads);
+    m.graph_for(gg::test::regression_batch(r2, 16), true, nullptr, &grads);
     CHECK(grads.size() == 2);
     CHECK(m.grads().size() == 2);
     // Resuming under other groups is refused.
@@ -306,7 +297,7 @@ TEST_CASE("fit: a schedule of one's own, stored by name; a resume under another 
   CHECK(contains(report, "(zero schedule)"));
   std::mt19937_64 rng(1);
   train::Model init = mlp();
-  init.declare(batch(rng, 16));
+  init.declare(gg::test::regression_batch(rng, 16));
   init.init_params(5);
   for (auto& [name, t] : init.params().all()) CHECK(m.params().at(name).to_vector() == t.to_vector());
   CHECK(contains(train::load_checkpoint(dir.file("run/checkpoint.safetensors")).train_options, "\"schedule\":\"zero\""));
@@ -362,7 +353,7 @@ TEST_CASE("fit: the evaluation callback stops the run or keeps the best checkpoi
     d.val = [&](std::int64_t i) {
       ++val_calls;
       std::mt19937_64 rng(1000 + std::uint64_t(i));
-      return batch(rng, 32);
+      return gg::test::regression_batch(rng, 32);
     };
     d.batch_metrics = [](const train::Batch& b, const std::map<std::string, Tensor>& out) {
       double mae = 0;
@@ -399,8 +390,8 @@ TEST_CASE("fit: gradient accumulation matches one step on a batch accum times as
     o.momentum = 0;
     train::DataSource big = source(), micro = source();
     // The same rows: a batch draws its rows one after another from the generator.
-    big.train = [](std::mt19937_64& rng) { return batch(rng, 16); };
-    micro.train = [](std::mt19937_64& rng) { return batch(rng, 4); };
+    big.train = [](std::mt19937_64& rng) { return gg::test::regression_batch(rng, 16); };
+    micro.train = [](std::mt19937_64& rng) { return gg::test::regression_batch(rng, 4); };
     train::Model a = mlp(), b = mlp();
     const train::FitResult ra = quiet_fit(a, big, o);
     o.out_dir = dir.file(std::string("micro_") + optimizer);
