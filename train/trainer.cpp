@@ -248,9 +248,9 @@ class Run {
 
   // Writes the checkpoint of step `step` if it is a good one: finite training and validation
   // losses, and a parameter norm at most kGrowth times the largest of the start's and the
-  // earlier checkpoints' (a run whose weights explode between two evaluations is diverging,
-  // even before its loss is infinite). Otherwise the file keeps the last good one, and the
-  // run says so.
+  // earlier checkpoints' (and of 1, for parameters that start at zero): a run whose weights
+  // explode between two evaluations is diverging, even before its loss is infinite.
+  // Otherwise the file keeps the last good one, and the run says so.
   static constexpr double kGrowth = 10;
   void save(std::int64_t step) {
     const double norm = param_norm();
@@ -258,9 +258,9 @@ class Run {
     if (!std::isfinite(ema_) && !std::isnan(ema_)) bad = fmt::format("the training loss is {}", ema_);
     else if (std::isnan(ema_) && step > 0) bad = "the training loss is NaN";
     else if (data_.val && !std::isfinite(res_.final_val_loss)) bad = fmt::format("the validation loss is {}", res_.final_val_loss);
-    else if (!std::isfinite(norm) || norm > kGrowth * largest_norm_)
+    else if (!std::isfinite(norm) || norm > kGrowth * std::max(largest_norm_, 1.0))  // 1: a model that starts at 0
       bad = fmt::format("the parameters' norm is {:.4g}, over {} times the largest before ({:.4g})", norm, kGrowth,
-                        largest_norm_);
+                        std::max(largest_norm_, 1.0));
     if (!bad.empty()) {
       say("note: step {}: no checkpoint written: {}; {} keeps {}\n", step, bad, ck_path_,
           last_good_ >= 0 ? fmt::format("step {}", last_good_) : std::string("nothing (none was written)"));

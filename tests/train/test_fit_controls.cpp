@@ -405,3 +405,28 @@ TEST_CASE("fit: gradient accumulation matches one step on a batch accum times as
     }
   }
 }
+
+TEST_CASE("fit: a model whose parameters start at zero still writes its checkpoints") {
+  TempDir dir;
+  // y = 2 x by one weight that starts at 0: the norm grows from 0 to about 2.
+  train::Model m("zero", [](train::ModelInputs& in) {
+    Expr w = param(in.graph(), "w", {1, 1}, zeros_init());
+    Expr err = matmul(in["x"], w) - in["y"];
+    return train::ModelOutputs{mean_all(err * err), {}};
+  });
+  train::DataSource d;
+  d.train = [](std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> x(8), y(8);
+    for (std::size_t i = 0; i < 8; ++i) y[i] = 2 * (x[i] = u(rng));
+    return train::Batch{{"x", Tensor::f32({8, 1}, x)}, {"y", Tensor::f32({8, 1}, y)}};
+  };
+  train::TrainOptions o = options(dir.file("zero"), 40);
+  o.eval_interval = 10;
+  o.lr = 0.1;
+  o.min_lr = 0.1;
+  quiet_fit(m, d, o);
+  const train::Checkpoint ck = train::load_checkpoint(dir.file("zero/checkpoint.safetensors"));
+  CHECK(ck.step == 40);
+  CHECK(ck.params.at("w").f()[0] == doctest::Approx(2).epsilon(0.05));
+}
