@@ -295,7 +295,7 @@ AbSide ab_side(const std::vector<std::string>& ab, const std::vector<std::string
   AbSide side;
   for (const std::string& name : ab)
     if (!set_executor_switch(side.options, name, false))
-      throw InputError(fmt::format("--ab: '{}' is not a planning switch (the switches: {})", name,
+      throw InputError(fmt::format("--ab: '{}' is not a planning switch (the switches: {})", io::cut(name, 40),
                                    fmt::join(executor_switch_names(), ", ")));
   side.label = switches_off(side.options);
   for (const std::string& name : without) {
@@ -306,7 +306,7 @@ AbSide ab_side(const std::vector<std::string>& ab, const std::vector<std::string
     else if (name == "optimizer")
       side.optimizer = false;
     else
-      throw InputError(fmt::format("--without: '{}' is not a kind of work (the kinds: {}, optimizer)", name,
+      throw InputError(fmt::format("--without: '{}' is not a kind of work (the kinds: {}, optimizer)", io::cut(name, 40),
                                    fmt::join(kinds | std::views::keys, ", ")));
   }
   if (!without.empty())
@@ -370,15 +370,7 @@ int run_bench(const BenchCommand& a) {
     print_peak(cpu);
     return 0;
   }
-  if (a.config.empty()) throw InputError("bench: --config is required (or give --peak alone)");
-  cli::require_input_file("--config", a.config);
-  if (a.steps < 1) throw InputError(fmt::format("--steps must be >= 1, got {}", a.steps));
-  if (a.warmup < 0) throw InputError(fmt::format("--warmup must be >= 0, got {}", a.warmup));
-  if (a.batch < 1 || a.batch > 65536) throw InputError(fmt::format("--batch must be in [1, 65536], got {}", a.batch));
-  if (a.ab_steps < 10)
-    throw InputError(fmt::format("--ab-steps must be >= 10 (two blocks of 5 steps of each plan), got {}", a.ab_steps));
-  const AbSide ab_other = ab_side(a.ab, a.without);
-  if (a.seq < 0) throw InputError(fmt::format("--seq must be >= 1 (or 0: the config's block_size), got {}", a.seq));
+  const AbSide ab_other = ab_side(a.ab, a.without);  // the names were checked with the options
   const models::GptConfig c = models::load_gpt_config(a.config);
   const std::int64_t B = a.batch, T = a.seq > 0 ? a.seq : c.block_size;
   if (T > c.block_size)
@@ -503,49 +495,66 @@ int run_bench(const BenchCommand& a) {
 
 }  // namespace
 
-void BenchCommand::add_to(CLI::App& app) {
-  cmd = app.add_subcommand("bench", "Time training steps of the reference GPT against the FMA peak (and PyTorch)");
-  cmd->add_option("--config", config, "Model config JSON (bench/gpt_small.json, bench/gpt_medium.json)");
-  cmd->add_option("--batch", batch, "Batch size")->capture_default_str();
-  cmd->add_option("--seq", seq, "Sequence length (default: block_size)");
-  cmd->add_option("--steps", steps, "Timed steps (the median is reported)")->capture_default_str();
-  cmd->add_option("--warmup", warmup, "Untimed steps first")->capture_default_str();
-  cmd->add_option("--profile-top", profile_top, "Also list the slowest steps of the plan, with their shapes")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--profile-steps", profile_steps, "Steps run with the per-op profile, after the timed ones")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--threads", threads, "Worker threads (default: all cores, or GG_NUM_THREADS)")
-      ->check(CLI::Range(1, 256));
-  cmd->add_flag("--peak", peak, "Measure and print the FMA peak only");
-  cmd->add_flag("--compare-torch", compare_torch,
-                "Also time the model in PyTorch (/usr/bin/python3) at every thread and OpenBLAS setting");
-  cmd->add_option("--torch-steps", torch_steps, "Timed steps per PyTorch setting (default: --steps)");
-  cmd->add_option("--rounds", rounds,
-                  "After the sweep, rounds of gradgraph then PyTorch's best setting back to back (the median ratio)")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--ab", ab,
-                  "Also time the plan with these planning switches off (comma-separated: simplify, remat, fuse, slice, "
-                  "masked, in-place, epilogue) against the default one, alternating blocks of 5 steps in this process")
-      ->delimiter(',');
-  cmd->add_option("--without", without,
-                  "Timing only: also time the step with these kinds of work left out (comma-separated: products, "
-                  "groups, ops, chain-products, chain-groups, optimizer), in the --ab comparison; what is left out "
-                  "writes nothing, so the values are wrong")
-      ->delimiter(',');
-  cmd->add_option("--bucket-mb", bucket_mb, "Under mpirun: MB of gradients per all-reduce (as train's --bucket-mb)")
-      ->check(CLI::Range(1e-6, 1024.0))
-      ->capture_default_str();
-  cmd->add_option("--ab-steps", ab_steps, "Steps of each side in the --ab / --without comparison")->capture_default_str();
-  cmd->add_option("--torch-script", torch_script, "The PyTorch peer script (default: bench/torch_bench.py in the source tree)");
-  cmd->add_option("--python", python, "The Python that runs the PyTorch peer (--compare-torch)")->capture_default_str();
+const train::OptionTable<BenchCommand>& BenchCommand::table() {
+  using train::opt;
+  using B = BenchCommand;
+  constexpr std::int64_t many = 1 << 20;
+  static const train::OptionTable<B> t{
+      {opt("config", &B::config, "Model config JSON (bench/gpt_small.json, bench/gpt_medium.json)").reads_file(),
+       opt("batch", &B::batch, "Batch size").at_least(1).at_most(65536),
+       opt("seq", &B::seq, "Sequence length (0: the config's block_size)").at_least(0).at_most(many),
+       opt("steps", &B::steps, "Timed steps (the median is reported)").at_least(1).at_most(many),
+       opt("warmup", &B::warmup, "Untimed steps first").at_least(0).at_most(many),
+       opt("profile_top", &B::profile_top, "Also list the slowest steps of the plan, with their shapes").at_least(0).at_most(many),
+       opt("profile_steps", &B::profile_steps, "Steps run with the per-op profile, after the timed ones").at_least(0).at_most(many),
+       opt("threads", &B::threads, "Worker threads (0: all cores, or GG_NUM_THREADS)").at_least(0).at_most(256),
+       opt("peak", &B::peak, "Measure and print the FMA peak only"),
+       opt("compare_torch", &B::compare_torch,
+           "Also time the model in PyTorch (--python) at every thread and OpenBLAS setting"),
+       opt("torch_steps", &B::torch_steps, "Timed steps per PyTorch setting (0: --steps)").at_least(0).at_most(many),
+       opt("rounds", &B::rounds,
+           "After the sweep, rounds of gradgraph then PyTorch's best setting back to back (the median ratio)")
+           .at_least(0)
+           .at_most(many),
+       opt("ab", &B::ab,
+           "Also time the plan with these planning switches off (simplify, remat, fuse, slice, masked, in-place, "
+           "epilogue) against the default one, alternating blocks of 5 steps in this process"),
+       opt("without", &B::without,
+           "Timing only: also time the step with these kinds of work left out (products, groups, ops, "
+           "chain-products, chain-groups, optimizer), in the --ab comparison; what is left out writes nothing, so "
+           "the values are wrong"),
+       opt("bucket_mb", &B::bucket_mb, "Under mpirun: MB of gradients per all-reduce (as train's --bucket-mb)")
+           .at_least(1e-6)
+           .at_most(1024),
+       opt("ab_steps", &B::ab_steps, "Steps of each side in the --ab / --without comparison (two blocks of 5 at least)")
+           .at_least(10)
+           .at_most(many),
+       opt("torch_script", &B::torch_script,
+           "The PyTorch peer script (default: bench/torch_bench.py in the source tree; when missing, the comparison "
+           "is skipped with a note)"),
+       opt("python", &B::python, "The Python that runs the PyTorch peer (--compare-torch)")},
+      [](const B& b) -> std::pair<std::string, std::string> {
+        if (b.config.empty() && !b.peak) return {"config", "required (or give --peak alone)"};
+        try {
+          ab_side(b.ab, b.without);
+        } catch (const InputError& e) {  // "--ab: 'x' is not ...": the key and the problem
+          const std::string m = e.what();
+          return {m.starts_with("--ab:") ? "ab" : "without", m.substr(m.find(": ") + 2)};
+        }
+        return {};
+      }};
+  return t;
 }
 
-int BenchCommand::run() {
+void BenchCommand::add_to(CLI::App& app) {
+  cmd = app.add_subcommand("bench", "Time training steps of the reference GPT against the FMA peak (and PyTorch)");
+  flags.add_to(cmd);
+}
+
+int BenchCommand::run(bool check_only) {
   if (!cmd || !*cmd) return -1;
-  return run_bench(*this);
+  flags.apply();
+  return check_only ? 0 : run_bench(*this);
 }
 
 }  // namespace gg::cli

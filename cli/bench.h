@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/table_flags.h"
+
 namespace gg::cli {
 
 struct BenchCommand {
@@ -23,10 +25,15 @@ struct BenchCommand {
   double bucket_mb = 1;  // under mpirun: MB of gradients per all-reduce (TrainOptions::bucket_mb)
   bool peak = false, compare_torch = false;
   CLI::App* cmd = nullptr;
+  TableFlags flags{{train::bind(*this)}};
 
+  BenchCommand() = default;
+  BenchCommand(const BenchCommand&) = delete;  // the flags point into this object
+  static const train::OptionTable<BenchCommand>& table();
   void add_to(CLI::App& app);
-  // Runs the benchmark if its subcommand was given and returns its exit status, or -1.
-  int run();
+  // Runs the benchmark if its subcommand was given and returns its exit status, or -1. With
+  // `check_only`, stops after its options are checked (0).
+  int run(bool check_only = false);
 };
 
 }  // namespace gg::cli

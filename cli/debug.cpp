@@ -40,15 +40,11 @@ struct Setup {
 
 Setup setup(const std::string& config, const std::string& weights, const std::string& batch, std::int64_t B,
             std::uint64_t seed) {
-  require_input_file("--config", config);
-  if (!weights.empty()) require_input_file("--weights", weights);
-  if (!batch.empty()) require_input_file("--batch", batch);
   Setup s;
   s.c = models::load_gpt_config(config);
   if (!batch.empty()) {
     s.batch = models::read_gpt_batches(io::read_safetensors(batch), s.c, /*stacked=*/false)[0];
   } else {
-    if (B < 1 || B > 64) throw InputError(fmt::format("--batch-size must be in [1, 64], got {}", B));
     const std::int64_t T = s.c.block_size;
     std::mt19937_64 rng(seed);
     std::uniform_int_distribution<std::int32_t> tok(0, std::int32_t(s.c.vocab_size - 1));
@@ -81,8 +77,6 @@ Setup setup(const std::string& config, const std::string& weights, const std::st
 
 int run_gradcheck(const DebugCommands& d) {
   const auto& a = d.gradcheck;
-  if (a.samples < 1) throw InputError(fmt::format("--samples must be >= 1, got {}", a.samples));
-  if (!(a.rtol > 0)) throw InputError(fmt::format("--rtol must be > 0, got {}", a.rtol));
   Setup s = setup(a.config, a.weights, a.batch, a.batch_size, a.seed);
   const Shape& bt = s.batch.at("tokens").shape();
   Graph g;
@@ -195,7 +189,6 @@ int run_hvp(const DebugCommands& d) {
 
 int run_attention(const DebugCommands& d) {
   const auto& a = d.attention;
-  require_input_file("--checkpoint", a.checkpoint);
   const bool seq2seq = train::load_checkpoint(a.checkpoint).model_kind == "seq2seq";
   if (seq2seq && !a.prompt.empty())
     throw InputError(fmt::format("--prompt: {} is an encoder-decoder checkpoint; give --source", a.checkpoint));
@@ -203,9 +196,11 @@ int run_attention(const DebugCommands& d) {
     throw InputError(fmt::format("--source: {} is not an encoder-decoder checkpoint; give --prompt", a.checkpoint));
   if (seq2seq ? a.source.empty() : a.prompt.empty())
     throw InputError(fmt::format("{}: the text to look at is missing", seq2seq ? "--source" : "--prompt"));
+  if (a.out.empty()) throw InputError("--out: empty; give a directory for the SVG files");
   std::error_code ec;
   std::filesystem::create_directories(a.out, ec);
-  if (ec) throw InputError(fmt::format("--out {}: cannot create the directory: {}", a.out, ec.message()));
+  if (ec)
+    throw InputError(fmt::format("--out {}: cannot create the directory: {}", io::in_quotes(a.out, 80), ec.message()));
   auto write = [&](const std::string& name, const std::string& text) {
     const std::string path = (std::filesystem::path(a.out) / name).string();
     std::ofstream f(path);
@@ -239,40 +234,62 @@ int run_attention(const DebugCommands& d) {
 
 }  // namespace
 
-void DebugCommands::add_to(CLI::App& app) {
-  auto& gc = gradcheck;
-  gradcheck_cmd = app.add_subcommand(
-      "gradcheck", "Check every parameter's gradient against central differences of an f64 execution of the model");
-  gradcheck_cmd->add_option("--config", gc.config, "Model config JSON")->required();
-  gradcheck_cmd->add_option("--weights", gc.weights, "Weights (safetensors; default: the initializers with --seed)");
-  gradcheck_cmd->add_option("--batch", gc.batch, "tokens and targets [B, T] (safetensors; default: random with --seed)");
-  gradcheck_cmd->add_option("--batch-size", gc.batch_size, "Rows of the random batch")->capture_default_str();
-  gradcheck_cmd->add_option("--seed", gc.seed, "Seed of the initial weights and the random batch")->capture_default_str();
-  gradcheck_cmd->add_option("--samples", gc.samples, "Coordinates checked per parameter (plus its largest gradient)")
-      ->capture_default_str();
-  gradcheck_cmd->add_option("--rtol", gc.rtol, "Largest relative error accepted")->capture_default_str();
-
-  auto& hc = hvp;
-  hvp_cmd = app.add_subcommand("hvp", "A Hessian-vector product of the model's loss, built as graph and checked");
-  hvp_cmd->add_option("--config", hc.config, "Model config JSON")->required();
-  hvp_cmd->add_option("--weights", hc.weights, "Weights (safetensors; default: the initializers with --seed)");
-  hvp_cmd->add_option("--batch", hc.batch, "tokens and targets [B, T] (safetensors; default: random with --seed)");
-  hvp_cmd->add_option("--batch-size", hc.batch_size, "Rows of the random batch")->capture_default_str();
-  hvp_cmd->add_option("--seed", hc.seed, "Seed of the weights, the batch and v")->capture_default_str();
-
-  auto& ac = attention;
-  attention_cmd = app.add_subcommand("attention", "SVG heatmaps of attention weights: every layer and head of a char-LM on --prompt, or "
-                               "the last decoder layer's cross-attention of an encoder-decoder on --source");
-  attention_cmd->add_option("--checkpoint", ac.checkpoint, "Checkpoint written by train")->required();
-  attention_cmd->add_option("--prompt", ac.prompt, "char-LM: text to look at (its last block_size characters, at most 256)");
-  attention_cmd->add_option("--source", ac.source, "Encoder-decoder: source to translate (\"three hundred and seven\", \"abcd\")");
-  attention_cmd->add_option("--out", ac.out, "Directory for the SVG files")->capture_default_str();
+const train::OptionTable<GradcheckOptions>& GradcheckOptions::table() {
+  using train::opt;
+  using G = GradcheckOptions;
+  static const train::OptionTable<G> t{{
+      opt("config", &G::config, "Model config JSON").must_give().reads_file(),
+      opt("weights", &G::weights, "Weights (safetensors; default: the initializers with --seed)").reads_file(),
+      opt("batch", &G::batch, "tokens and targets [B, T] (safetensors; default: random with --seed)").reads_file(),
+      opt("batch_size", &G::batch_size, "Rows of the random batch").at_least(1).at_most(64),
+      opt("seed", &G::seed, "Seed of the initial weights and the random batch"),
+      opt("samples", &G::samples, "Coordinates checked per parameter (plus its largest gradient)").at_least(1).at_most(1 << 20),
+      opt("rtol", &G::rtol, "Largest relative error accepted").above(0).at_most(1)}};
+  return t;
 }
 
-int DebugCommands::run() {
-  if (gradcheck_cmd && *gradcheck_cmd) return run_gradcheck(*this);
-  if (hvp_cmd && *hvp_cmd) return run_hvp(*this);
-  if (attention_cmd && *attention_cmd) return run_attention(*this);
+const train::OptionTable<HvpOptions>& HvpOptions::table() {
+  using train::opt;
+  using H = HvpOptions;
+  static const train::OptionTable<H> t{{
+      opt("config", &H::config, "Model config JSON").must_give().reads_file(),
+      opt("weights", &H::weights, "Weights (safetensors; default: the initializers with --seed)").reads_file(),
+      opt("batch", &H::batch, "tokens and targets [B, T] (safetensors; default: random with --seed)").reads_file(),
+      opt("batch_size", &H::batch_size, "Rows of the random batch").at_least(1).at_most(64),
+      opt("seed", &H::seed, "Seed of the weights, the batch and v")}};
+  return t;
+}
+
+const train::OptionTable<AttentionOptions>& AttentionOptions::table() {
+  using train::opt;
+  using A = AttentionOptions;
+  static const train::OptionTable<A> t{{
+      opt("checkpoint", &A::checkpoint, "Checkpoint written by train, or by train-seq2seq").must_give().reads_file(),
+      opt("prompt", &A::prompt, "char-LM: text to look at (its last block_size characters, at most 256)"),
+      opt("source", &A::source, "Encoder-decoder: source to translate (\"three hundred and seven\", \"abcd\")"),
+      opt("out", &A::out, "Directory for the SVG files")}};
+  return t;
+}
+
+void DebugCommands::add_to(CLI::App& app) {
+  gradcheck_cmd = app.add_subcommand(
+      "gradcheck", "Check every parameter's gradient against central differences of an f64 execution of the model");
+  gradcheck_flags.add_to(gradcheck_cmd);
+  hvp_cmd = app.add_subcommand("hvp", "A Hessian-vector product of the model's loss, built as graph and checked");
+  hvp_flags.add_to(hvp_cmd);
+  attention_cmd = app.add_subcommand("attention", "SVG heatmaps of attention weights: every layer and head of a char-LM on --prompt, or "
+                               "the last decoder layer's cross-attention of an encoder-decoder on --source");
+  attention_flags.add_to(attention_cmd);
+}
+
+int DebugCommands::run(bool check_only) {
+  auto go = [&](TableFlags& flags, auto&& work) {
+    flags.apply();
+    return check_only ? 0 : work();
+  };
+  if (gradcheck_cmd && *gradcheck_cmd) return go(gradcheck_flags, [&] { return run_gradcheck(*this); });
+  if (hvp_cmd && *hvp_cmd) return go(hvp_flags, [&] { return run_hvp(*this); });
+  if (attention_cmd && *attention_cmd) return go(attention_flags, [&] { return run_attention(*this); });
   return -1;
 }
 

@@ -14,12 +14,15 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string_view>
 
+#include "cli/app.h"
 #include "cli/bench.h"
 #include "cli/debug.h"
 #include "cli/input_file.h"
+#include "cli/table_flags.h"
 #include "io/message.h"
 #include "io/safetensors.h"
 #include "models/char_lm.h"
@@ -39,63 +42,24 @@ using gg::train::InputError;
 
 namespace {
 
-// Flags generated from option tables: each option of each set becomes --name-with-dashes,
-// with its help, kind and default. The texts are applied after parsing, over a --config
-// file's values, so flags win over the file.
-struct TableFlags {
-  std::vector<train::BoundOptions> sets;
-  std::vector<std::pair<std::string, std::string>> given;  // (option, text), in order
-  std::string config;                                       // --config file, if any
-  std::vector<std::string> derived;                         // options the command sets itself
-  std::string why;                                          // ... and from what
-  std::vector<std::string> inputs = {"data"};               // options that name a file to read (empty: the default)
-
-  // Flags for every option but `skip`, which the command sets itself (`reason` says from
-  // what): a --config file naming one of them is refused.
-  void add_to(CLI::App* app, const std::vector<std::string>& skip, const std::string& reason) {
-    derived = skip;
-    why = reason;
-    for (const train::BoundOptions& b : sets)
-      for (const train::Option& o : b.list->options()) {
-        if (std::find(skip.begin(), skip.end(), o.name) != skip.end()) continue;
-        const std::string name = o.name;
-        const std::string help = fmt::format("{} ({}; default {})", o.help, o.describe(), train::to_text(o.get(b.target)));
-        auto* flag = app->add_option_function<std::string>(
-            train::flag_name(name),
-            [this, name, boolean = o.kind == train::Option::Kind::boolean](const std::string& v) {
-              given.push_back({name, boolean && v.empty() ? "true" : v});  // "--resume" alone; an empty text stays empty
-            },
-            help);
-        static const char* kind_names[] = {"BOOL", "INT", "FLOAT", "TEXT", "CHOICE"};
-        flag->type_name(kind_names[int(o.kind)]);
-        if (o.kind == train::Option::Kind::boolean) flag->expected(0, 1);  // "--resume" alone means true
-      }
-    app->add_option("--config", config, "JSON file of options (the keys above, with '_'); flags override it");
-  }
-  // The --config file, then the flags.
-  void apply() {
-    if (!config.empty()) {
-      cli::require_input_file("--config", config);
-      train::read_json_file(config, sets, derived, why);
-    }
-    for (auto& [name, text] : given)  // the input files among the options, before any work
-      if (std::find(inputs.begin(), inputs.end(), name) != inputs.end() && !text.empty())
-        cli::require_input_file(train::flag_name(name), text);
-    for (auto& [name, text] : given) train::set_from_text(sets, name, text);
-    for (const train::BoundOptions& b : sets) b.list->validate(b.target, "options");
-  }
-};
-
 // ---- grad ----------------------------------------------------------------------------
 struct GradCmd {
   std::string config, weights, batch, out;
   bool detect_anomaly = false;
+  static const train::OptionTable<GradCmd>& table() {
+    using train::opt;
+    static const train::OptionTable<GradCmd> t{{
+        opt("config", &GradCmd::config, "Model config JSON").must_give().reads_file(),
+        opt("weights", &GradCmd::weights, "Weights (safetensors)").must_give().reads_file(),
+        opt("batch", &GradCmd::batch, "tokens and targets [B, T] (safetensors)").must_give().reads_file(),
+        opt("out", &GradCmd::out, "Output safetensors").must_give().writes_file(),
+        opt("detect_anomaly", &GradCmd::detect_anomaly,
+            "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it")}};
+    return t;
+  }
 };
 
 int run_grad(const GradCmd& a) {
-  for (auto& [flag, path] : {std::pair{"--config", a.config}, {"--weights", a.weights}, {"--batch", a.batch}})
-    cli::require_input_file(flag, path);
-  cli::require_output_file("--out", a.out);
   models::GptConfig c = models::load_gpt_config(a.config);
   train::Model m = models::gpt_model(c);
   train::load_params(m.params(), train::read_tensors(a.weights), models::gpt_params(c), a.weights);
@@ -119,21 +83,50 @@ struct ReplayCmd {
   std::string config, weights, batches, optimizer, out, betas = "0.9,0.999";
   double lr = 0, momentum = 0, eps = 1e-8, weight_decay = 0.01, clip = 0;
   bool allow_nonfinite = false, detect_anomaly = false;
+
+  // --betas B1,B2 as two numbers, or nothing.
+  std::optional<std::pair<double, double>> parsed_betas() const {
+    double b1 = 0, b2 = 0;
+    char comma = 0;
+    std::istringstream bs(betas);
+    if (!(bs >> b1 >> comma >> b2) || comma != ',' || !bs.eof()) return std::nullopt;
+    return std::pair{b1, b2};
+  }
+  static const train::OptionTable<ReplayCmd>& table() {
+    using train::opt;
+    using R = ReplayCmd;
+    static const train::OptionTable<ReplayCmd> t{
+        {opt("config", &R::config, "Model config JSON").must_give().reads_file(),
+         opt("weights", &R::weights, "Initial weights (safetensors)").must_give().reads_file(),
+         opt("batches", &R::batches, "tokens and targets [N, B, T] (safetensors)").must_give().reads_file(),
+         train::choice("optimizer", &R::optimizer, {{"sgd", "sgd"}, {"adamw", "adamw"}}, "The optimizer").must_give(),
+         opt("lr", &R::lr, "Learning rate (constant)").must_give(),
+         opt("momentum", &R::momentum, "SGD momentum").at_least(0),
+         opt("betas", &R::betas, "AdamW betas B1,B2, each in [0, 1)"),
+         opt("eps", &R::eps, "AdamW epsilon").at_least(0),
+         opt("weight_decay", &R::weight_decay, "AdamW weight decay").at_least(0),
+         opt("clip", &R::clip, "Clip the global gradient norm (0 = off)").at_least(0),
+         opt("out", &R::out, "Output safetensors").must_give().writes_file(),
+         opt("allow_nonfinite", &R::allow_nonfinite, "Write the parameters even when some are NaN or infinite"),
+         opt("detect_anomaly", &R::detect_anomaly,
+             "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it")},
+        [](const ReplayCmd& r) -> std::pair<std::string, std::string> {
+          const auto b = r.parsed_betas();
+          if (!b || !(b->first >= 0 && b->first < 1 && b->second >= 0 && b->second < 1))
+            return {"betas", fmt::format("expected two numbers in [0, 1) as B1,B2, got '{}'", io::cut(r.betas, 40))};
+          return {};
+        }};
+    return t;
+  }
 };
 
 int run_replay(const ReplayCmd& a) {
-  for (auto& [flag, path] : {std::pair{"--config", a.config}, {"--weights", a.weights}, {"--batches", a.batches}})
-    cli::require_input_file(flag, path);
-  cli::require_output_file("--out", a.out);
   models::GptConfig c = models::load_gpt_config(a.config);
   train::Model m = models::gpt_model(c);
   train::load_params(m.params(), train::read_tensors(a.weights), models::gpt_params(c), a.weights);
   std::vector<train::Batch> b = models::read_gpt_batches(io::read_safetensors(a.batches), c, /*stacked=*/true);
-  train::ReplayOptions o{a.optimizer, a.lr, a.momentum, 0, 0, a.eps, a.weight_decay, a.clip};
-  char comma = 0;
-  std::istringstream bs(a.betas);
-  if (!(bs >> o.beta1 >> comma >> o.beta2) || comma != ',' || !bs.eof())
-    throw InputError(fmt::format("--betas: expected two numbers as B1,B2, got '{}'", a.betas));
+  const auto [beta1, beta2] = *a.parsed_betas();  // checked with the options
+  train::ReplayOptions o{a.optimizer, a.lr, a.momentum, beta1, beta2, a.eps, a.weight_decay, a.clip};
   if (a.detect_anomaly) m.plan_for(b[0], /*training=*/true).set_detect_anomaly(true);  // every batch has b[0]'s shape
   train::ReplayResult r = train::replay(m, b, o);
   if (!a.allow_nonfinite) {
@@ -164,10 +157,29 @@ struct SampleCmd {
   std::string checkpoint;
   models::SampleOptions o;
   std::int64_t samples = 1;
+  std::string prompt = o.prompt;
+  double temperature = o.temperature;
+  std::int64_t top_k = o.top_k, tokens = o.tokens;
+  std::uint64_t seed = o.seed;
+  static const train::OptionTable<SampleCmd>& table() {
+    using train::opt;
+    using S = SampleCmd;
+    static const train::OptionTable<SampleCmd> t{{
+        opt("checkpoint", &S::checkpoint, "Checkpoint written by train").must_give().reads_file(),
+        opt("prompt", &S::prompt, "Text to continue"),
+        opt("temperature", &S::temperature, "Sampling temperature").above(0).at_most(100),
+        opt("top_k", &S::top_k, "Sample among the k likeliest (0 = all)").at_least(0).at_most(1 << 24),
+        opt("tokens", &S::tokens, "Characters to generate").at_least(0).at_most(1 << 24),
+        opt("seed", &S::seed, "Random seed (sample i of --samples draws with seed + i)"),
+        opt("samples", &S::samples, "Continuations of the prompt drawn side by side, one batch row each")
+            .at_least(1)
+            .at_most(4096)}};
+    return t;
+  }
 };
 
-int run_sample(const SampleCmd& a) {
-  cli::require_input_file("--checkpoint", a.checkpoint);
+int run_sample(SampleCmd a) {
+  a.o = {a.prompt, a.temperature, a.top_k, a.tokens, a.seed};
   models::CharLmCheckpoint ck = models::load_char_lm(a.checkpoint);
   const std::vector<std::string> texts = models::sample_texts(ck.config, ck.params, ck.vocab, a.o, a.samples);
   for (std::size_t i = 0; i < texts.size(); ++i) {
@@ -181,11 +193,25 @@ int run_sample(const SampleCmd& a) {
 struct InspectCmd {
   std::string config, dot, svg;
   std::int64_t batch = 1, seq = 0;
-  bool grad = false;       // --grad given
-  std::string grad_param;  // --grad NAME: only this parameter's gradient
-  bool raw = false;        // --no-simplify: list the graph as built
-  bool full = false;       // --no-collapse
+  std::string grad;  // "": the forward only; "*" (--grad alone): every gradient; NAME: that parameter's
+  bool raw = false;   // --no-simplify: list the graph as built
+  bool full = false;  // --no-collapse
   std::vector<std::string> expand;
+  static const train::OptionTable<InspectCmd>& table() {
+    using train::opt;
+    using I = InspectCmd;
+    static const train::OptionTable<InspectCmd> t{{
+        opt("config", &I::config, "Model config JSON").must_give().reads_file(),
+        opt("batch", &I::batch, "Batch size").at_least(1).at_most(1 << 20),
+        opt("seq", &I::seq, "Sequence length (0: the config's block_size)").at_least(0).at_most(1 << 20),
+        opt("grad", &I::grad, "Also print the gradient graph; with a NAME, only that parameter's").alone_means("*"),
+        opt("no_simplify", &I::raw, "List the graph as built, not simplified"),
+        opt("dot", &I::dot, "Write Graphviz dot to this file (one box per name scope for large graphs)").writes_file(),
+        opt("svg", &I::svg, "Render the graph to this SVG file with Graphviz's dot").writes_file(),
+        opt("expand", &I::expand, "Draw these name scopes node by node (e.g. blocks.1.attn); repeatable"),
+        opt("no_collapse", &I::full, "Draw every node, whatever the size of the graph")}};
+    return t;
+  }
 };
 
 // `dot` on the PATH, or "".
@@ -206,7 +232,6 @@ std::string shell_quote(const std::string& s) {
 }
 
 int run_inspect(const InspectCmd& a) {
-  cli::require_input_file("--config", a.config);
   models::GptConfig c = models::load_gpt_config(a.config);
   const std::int64_t T = a.seq > 0 ? a.seq : c.block_size;
   Graph g;
@@ -214,20 +239,20 @@ int run_inspect(const InspectCmd& a) {
   const NodeId forward_end = g.size();
   std::vector<NodeId> roots{m.loss.id};
   std::string what = "the loss";
-  if (a.grad) {
+  if (!a.grad.empty()) {
     std::vector<NodeId> wrt;
     std::vector<std::string> names;
     for (auto& p : m.params) wrt.push_back(p.id), names.push_back(p.name());
     std::vector<NodeId> grads = gg::grad(g, m.loss.id, wrt);
     roots = grads;
     what = "every parameter's gradient";
-    if (!a.grad_param.empty()) {
-      auto at = std::find(names.begin(), names.end(), a.grad_param);
+    if (a.grad != "*") {
+      auto at = std::find(names.begin(), names.end(), a.grad);
       if (at == names.end())
-        throw InputError(fmt::format("--grad: no parameter '{}' in this model{}", io::cut(a.grad_param, 60),
-                                     did_you_mean(a.grad_param, names)));
+        throw InputError(fmt::format("--grad: no parameter '{}' in this model{}", io::cut(a.grad, 60),
+                                     did_you_mean(a.grad, names)));
       roots = {grads[std::size_t(at - names.begin())]};
-      what = fmt::format("the gradient of {}", a.grad_param);
+      what = fmt::format("the gradient of {}", a.grad);
     }
   }
 
@@ -254,7 +279,7 @@ int run_inspect(const InspectCmd& a) {
   const std::vector<NodeId>& lroots = a.raw ? roots : s.roots;
   auto is_forward = [&](NodeId id) { return a.raw ? id < forward_end : forward[std::size_t(id)] != 0; };
   const std::vector<NodeId> listed = ancestors(lg, lroots);
-  const bool one_param = !a.grad_param.empty();
+  const bool one_param = !a.grad.empty() && a.grad != "*";
   std::vector<NodeId> reads;  // with --grad NAME: the forward values its gradient reads
   std::string fwd_text, grad_text;
   for (NodeId id : listed) {
@@ -268,8 +293,8 @@ int run_inspect(const InspectCmd& a) {
   }
   const char* kind = a.raw ? "as built" : "simplified";
   if (!one_param) fmt::print("\n## forward ({})\n{}", kind, fwd_text);
-  if (a.grad) {
-    fmt::print("\n## gradient ({}){}\n", kind, one_param ? fmt::format(" of {}", a.grad_param) : "");
+  if (!a.grad.empty()) {
+    fmt::print("\n## gradient ({}){}\n", kind, one_param ? fmt::format(" of {}", a.grad) : "");
     if (one_param) {
       std::sort(reads.begin(), reads.end());
       std::vector<std::string> r;
@@ -279,8 +304,6 @@ int run_inspect(const InspectCmd& a) {
     fmt::print("{}", grad_text);
   }
 
-  if (!a.dot.empty()) cli::require_output_file("--dot", a.dot);
-  if (!a.svg.empty()) cli::require_output_file("--svg", a.svg);
   if (!a.dot.empty() || !a.svg.empty()) {
     DotOptions o;
     if (a.full) o.collapse = false;
@@ -308,9 +331,12 @@ int run_inspect(const InspectCmd& a) {
 
 }  // namespace
 
+namespace gg::cli {
+namespace {
+
 // CLI11's message on one short line: newlines as spaces, every word of more than 40 bytes
 // (an echoed value, a range bound of 1.8e308) cut, and the whole at most 240 bytes.
-static std::string short_parse_message(const std::string& msg) {
+std::string short_parse_message(const std::string& msg) {
   std::string out, word;
   auto flush = [&] {
     out += word.size() > 40 ? io::cut(word, 24) : word;
@@ -328,186 +354,144 @@ static std::string short_parse_message(const std::string& msg) {
   return out.size() > 240 ? io::cut(out, 200) : out;
 }
 
-// "gradgraph: error: ..." on stderr; under mpirun, with the rank when not rank 0, and only
-// once (by rank 0) for an error every rank raised.
-static void report_error(const std::string& msg) {
-  const train::World* w = train::World::started();
-  if (w) w->failed();
-  if (w && !w->reports_errors()) return;
-  const int rank = train::World::launched_rank();
-  // Messages are one short line by construction; this keeps a path or name echoed whole by a
-  // lower layer (the file system's, the standard library's) from making a long one.
-  std::string line;
-  std::size_t word = 0;
-  for (char ch : msg) {
-    word = ch == ' ' ? 0 : word + 1;
-    if (ch == '\n') ch = ' ';
-    if (word <= 120) line += ch;
-    else if (word == 121) line += "...";
-  }
-  if (line.size() > 270) line = io::cut(line, 240);
-  fmt::print(stderr, "gradgraph: error: {}{}\n", rank > 0 ? fmt::format("rank {}: ", rank) : "", line);
-}
-
-int main(int argc, char** argv) {
-  // Under mpirun, rank 0 speaks for the job: the other ranks' reports and samples are
-  // rank 0's, so their standard output goes nowhere (their errors still reach stderr).
-  if (train::World::launched_rank() > 0 && !std::freopen("/dev/null", "w", stdout)) return 1;
+// Every command, its options and the state they fill. Built anew for each run: the flags
+// point into it.
+struct Commands {
   CLI::App app{"gradgraph: transformers as expression graphs, gradients as graphs, trained on a CPU"};
-  app.require_subcommand(1);
   int threads = 0;
-  app.add_option("--threads", threads, "Worker threads (default: all cores, or GG_NUM_THREADS)")->check(CLI::Range(1, 256));
 
   // train: the char-LM job; its flags come from the three option tables.
   models::GptConfig model;
   models::CharLmOptions job;
   train::TrainOptions run = models::char_lm_train_defaults();
-  TableFlags train_flags{{train::bind(job), train::bind(model), train::bind(run)}, {}, {}};
-  auto* tr = app.add_subcommand("train", "Train the character-level transformer (defaults: tinyshakespeare, 2000 steps)");
-  train_flags.add_to(tr, {"vocab_size"}, "the vocabulary is the data's characters");
+  TableFlags train_flags{{train::bind(job), train::bind(model), train::bind(run)}};
+  CLI::App* tr = nullptr;
 
-  // train-seq2seq: the encoder-decoder job; flags from its three option tables.
+  // train-seq2seq: the encoder-decoder job.
   models::Seq2SeqOptions s2s_job;
   models::Seq2SeqConfig s2s_model = models::seq2seq_defaults();
   train::TrainOptions s2s_run = models::seq2seq_train_defaults();
-  TableFlags s2s_flags{{train::bind(s2s_job), train::bind(s2s_model), train::bind(s2s_run)}, {}, {}};
-  auto* s2s = app.add_subcommand("train-seq2seq",
-                                 "Train the encoder-decoder transformer (defaults: English number words to digits)");
-  s2s_flags.add_to(s2s, {"src_vocab", "tgt_vocab", "max_src_len", "max_tgt_len"},
-                   "the vocabularies and lengths are the task's");
+  TableFlags s2s_flags{{train::bind(s2s_job), train::bind(s2s_model), train::bind(s2s_run)}};
+  CLI::App* s2s = nullptr;
 
-  // train-vit: the ViT job; its flags come from its three option tables (image size and
-  // classes are the data's; the whole test set is evaluated, so no eval-iters flags).
+  // train-vit: the ViT job (image size and classes are the data's; the whole test set is
+  // evaluated, so no eval-iters flags).
   models::VitConfig vit_model;
   models::VitJobOptions vit_job;
   train::TrainOptions vit_run = models::vit_train_defaults();
-  TableFlags vit_flags{{train::bind(vit_job), train::bind(vit_model), train::bind(vit_run)}, {}, {}};
-  auto* tv = app.add_subcommand("train-vit",
-                                "Train a Vision Transformer on the 8x8 handwritten digits (prints test accuracy and "
-                                "the confusion matrix)");
-  vit_flags.add_to(tv, {"image_size", "n_classes", "eval_iters", "final_eval_iters"},
-                   "the image size and classes are the data's (8x8 digits, 10 classes), and the whole test set is evaluated");
+  TableFlags vit_flags{{train::bind(vit_job), train::bind(vit_model), train::bind(vit_run)}};
+  CLI::App* tv = nullptr;
 
-  // sample
   SampleCmd sa;
-  auto* sm = app.add_subcommand("sample", "Generate text from a checkpoint");
-  sm->add_option("--checkpoint", sa.checkpoint, "Checkpoint written by train")->required();
-  sm->add_option("--prompt", sa.o.prompt, "Text to continue")->capture_default_str();
-  sm->add_option("--temperature", sa.o.temperature, "Sampling temperature (> 0)")->capture_default_str();
-  sm->add_option("--top-k", sa.o.top_k, "Sample among the k likeliest (0 = all)")->capture_default_str()->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 24));
-  sm->add_option("--tokens", sa.o.tokens, "Characters to generate")->capture_default_str()->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 24));
-  sm->add_option("--seed", sa.o.seed, "Random seed (sample i of --samples draws with seed + i)")->capture_default_str();
-  sm->add_option("--samples", sa.samples, "Continuations of the prompt drawn side by side, one batch row each")
-      ->capture_default_str()
-      ->check(CLI::Range(std::int64_t(1), std::int64_t(4096)));
-
-  // grad
+  TableFlags sample_flags{{train::bind(sa)}};
+  CLI::App* sm = nullptr;
   GradCmd ga;
-  auto* gr = app.add_subcommand("grad", "Loss, logits and every parameter's gradient for one batch");
-  gr->add_option("--config", ga.config, "Model config JSON")->required();
-  gr->add_option("--weights", ga.weights, "Weights (safetensors)")->required();
-  gr->add_option("--batch", ga.batch, "tokens and targets [B, T] (safetensors)")->required();
-  gr->add_option("--out", ga.out, "Output safetensors")->required();
-  gr->add_flag("--detect-anomaly", ga.detect_anomaly, "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it");
-
-  // replay
+  TableFlags grad_flags{{train::bind(ga)}};
+  CLI::App* gr = nullptr;
   ReplayCmd ra;
-  auto* rp = app.add_subcommand("replay", "Training steps on given batches; writes the final parameters");
-  rp->add_option("--config", ra.config, "Model config JSON")->required();
-  rp->add_option("--weights", ra.weights, "Initial weights (safetensors)")->required();
-  rp->add_option("--batches", ra.batches, "tokens and targets [N, B, T] (safetensors)")->required();
-  rp->add_option("--optimizer", ra.optimizer, "sgd or adamw")->required()->check(CLI::IsMember({"sgd", "adamw"}));
-  rp->add_option("--lr", ra.lr, "Learning rate (constant)")->required();
-  rp->add_option("--momentum", ra.momentum, "SGD momentum")->capture_default_str();
-  rp->add_option("--betas", ra.betas, "AdamW betas B1,B2")->capture_default_str();
-  rp->add_option("--eps", ra.eps, "AdamW epsilon")->capture_default_str();
-  rp->add_option("--weight-decay", ra.weight_decay, "AdamW weight decay")->capture_default_str();
-  rp->add_option("--clip", ra.clip, "Clip the global gradient norm (0 = off)")->capture_default_str();
-  rp->add_option("--out", ra.out, "Output safetensors")->required();
-  rp->add_flag("--allow-nonfinite", ra.allow_nonfinite, "Write the parameters even when some are NaN or infinite");
-  rp->add_flag("--detect-anomaly", ra.detect_anomaly, "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it");
-
-  // inspect
+  TableFlags replay_flags{{train::bind(ra)}};
+  CLI::App* rp = nullptr;
   InspectCmd ia;
-  auto* in = app.add_subcommand("inspect", "Print the model's forward (and gradient) graph, one node a line");
-  in->add_option("--config", ia.config, "Model config JSON")->required();
-  in->add_option("--batch", ia.batch, "Batch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  in->add_option("--seq", ia.seq, "Sequence length (default: block_size)")->check(CLI::Range(0, 1 << 20));
-  in->add_option("--grad", ia.grad_param, "Also print the gradient graph; with a NAME, only that parameter's")
-      ->expected(0, 1);
-  in->add_flag("--no-simplify", ia.raw, "List the graph as built, not simplified");
-  in->add_option("--dot", ia.dot, "Write Graphviz dot to this file (one box per name scope for large graphs)");
-  in->add_option("--svg", ia.svg, "Render the graph to this SVG file with Graphviz's dot");
-  in->add_option("--expand", ia.expand, "Draw this name scope node by node (e.g. blocks.1.attn); repeatable");
-  in->add_flag("--no-collapse", ia.full, "Draw every node, whatever the size of the graph");
+  TableFlags inspect_flags{{train::bind(ia)}};
+  CLI::App* in = nullptr;
+  DebugCommands debug;  // gradcheck, hvp, attention
+  BenchCommand bench;
 
-  // gradcheck, hvp, attention
-  cli::DebugCommands debug;
-  debug.add_to(app);
-  cli::BenchCommand bench;
-  bench.add_to(app);
+  Commands() {
+    app.require_subcommand(1);
+    app.add_option("--threads", threads, "Worker threads (default: all cores, or GG_NUM_THREADS)")->check(CLI::Range(1, 256));
+    tr = app.add_subcommand("train", "Train the character-level transformer (defaults: tinyshakespeare, 2000 steps)");
+    train_flags.add_to(tr, {"vocab_size"}, "the vocabulary is the data's characters", /*options_file=*/true);
+    s2s = app.add_subcommand("train-seq2seq",
+                             "Train the encoder-decoder transformer (defaults: English number words to digits)");
+    s2s_flags.add_to(s2s, {"src_vocab", "tgt_vocab", "max_src_len", "max_tgt_len"},
+                     "the vocabularies and lengths are the task's", /*options_file=*/true);
+    tv = app.add_subcommand("train-vit",
+                            "Train a Vision Transformer on the 8x8 handwritten digits (prints test accuracy and "
+                            "the confusion matrix)");
+    vit_flags.add_to(tv, {"image_size", "n_classes", "eval_iters", "final_eval_iters"},
+                     "the image size and classes are the data's (8x8 digits, 10 classes), and the whole test set is "
+                     "evaluated", /*options_file=*/true);
+    sm = app.add_subcommand("sample", "Generate text from a checkpoint");
+    sample_flags.add_to(sm);
+    gr = app.add_subcommand("grad", "Loss, logits and every parameter's gradient for one batch");
+    grad_flags.add_to(gr);
+    rp = app.add_subcommand("replay", "Training steps on given batches; writes the final parameters");
+    replay_flags.add_to(rp);
+    in = app.add_subcommand("inspect", "Print the model's forward (and gradient) graph, one node a line");
+    inspect_flags.add_to(in);
+    debug.add_to(app);
+    bench.add_to(app);
+  }
+  Commands(const Commands&) = delete;
 
-  // Every option of every command, one a line ("command<TAB>--flag<TAB>TYPE<TAB>takes a
-  // value<TAB>required"), read by the generated bad-input matrix (tests/cli): a new option
-  // is tested without a test written for it. Not in --help.
-  if (argc == 2 && std::string_view(argv[1]) == "--list-options") {
-    for (const CLI::App* sub : app.get_subcommands({}))
-      for (const CLI::Option* o : sub->get_options()) {
-        if (o->get_lnames().empty() || o->get_lnames()[0] == "help") continue;
-        fmt::print("{}\t--{}\t{}\t{}\t{}\n", sub->get_name(), o->get_lnames()[0], o->get_type_name(),
-                   o->get_items_expected_max() > 0 ? 1 : 0, o->get_required() ? 1 : 0);
-      }
+  // The command that was given: its options applied and checked, then (unless check_only)
+  // its work. Throws for a user's mistake.
+  int dispatch(bool check_only) {
+    auto go = [&](TableFlags& flags, auto&& work) {
+      flags.apply();
+      if (check_only) return 0;
+      return work();
+    };
+    if (*tr) return go(train_flags, [&] { return models::run_char_lm(job, model, run), 0; });
+    if (*s2s) return go(s2s_flags, [&] { return models::run_seq2seq(s2s_job, s2s_model, s2s_run), 0; });
+    if (*tv) return go(vit_flags, [&] { return models::run_vit(vit_job, vit_model, vit_run), 0; });
+    if (*sm) return go(sample_flags, [&] { return run_sample(sa); });
+    if (*gr) return go(grad_flags, [&] { return run_grad(ga); });
+    if (*rp) return go(replay_flags, [&] { return run_replay(ra); });
+    if (*in) return go(inspect_flags, [&] { return run_inspect(ia); });
+    if (int status = debug.run(check_only); status >= 0) return status;
+    if (int status = bench.run(check_only); status >= 0) return status;
     return 0;
   }
+};
+
+}  // namespace
+
+std::vector<OptionRow> list_options() {
+  Commands c;
+  std::vector<OptionRow> rows;
+  for (const CLI::App* sub : c.app.get_subcommands({}))
+    for (const CLI::Option* o : sub->get_options()) {
+      if (o->get_lnames().empty() || o->get_lnames()[0] == "help") continue;
+      rows.push_back({sub->get_name(), "--" + o->get_lnames()[0], o->get_type_name(), o->get_items_expected_max() > 0,
+                      o->get_required()});
+    }
+  return rows;
+}
+
+int run(int argc, const char* const* argv, std::string& error, bool check_only) {
+  error.clear();
+  Commands c;
   try {
-    app.parse(argc, argv);
+    c.app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return c.app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return c.app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     // CLI11 reports a misspelled subcommand or option before any subcommand only as
     // "A subcommand is required": name it.
-    if (app.get_subcommands().empty() && !app.remaining().empty()) {
-      const std::string first = app.remaining().front();
+    if (c.app.get_subcommands().empty() && !c.app.remaining().empty()) {
+      const std::string first = io::cut(c.app.remaining().front(), 40);
       msg = first.rfind("-", 0) == 0
                 ? fmt::format("unknown option '{}'", first)
-                : fmt::format("unknown subcommand '{}' (expected train, train-vit, train-seq2seq, sample, grad, replay, inspect, gradcheck, hvp, attention or bench)", first);
+                : fmt::format("unknown subcommand '{}' (expected train, train-vit, train-seq2seq, sample, grad, replay, "
+                              "inspect, gradcheck, hvp, attention or bench)", first);
     }
-    fmt::print(stderr, "gradgraph: error: {} (see --help)\n", short_parse_message(msg));
+    error = fmt::format("{} (see --help)", short_parse_message(msg));
     return 2;
   }
-  if (threads > 0) gg::set_num_threads(threads);
+  if (c.threads > 0 && !check_only) gg::set_num_threads(c.threads);
   try {
-    if (*tr) {
-      train_flags.apply();
-      models::run_char_lm(job, model, run);
-      return 0;
-    }
-    if (*s2s) {
-      s2s_flags.apply();
-      models::run_seq2seq(s2s_job, s2s_model, s2s_run);
-      return 0;
-    }
-    if (*tv) {
-      vit_flags.apply();
-      models::run_vit(vit_job, vit_model, vit_run);
-      return 0;
-    }
-    if (*sm) return run_sample(sa);
-    if (*gr) return run_grad(ga);
-    if (*rp) return run_replay(ra);
-    if (*in) {
-      ia.grad = in->count("--grad") > 0;
-      return run_inspect(ia);
-    }
-    if (int status = debug.run(); status >= 0) return status;
-    if (int status = bench.run(); status >= 0) return status;
+    return c.dispatch(check_only);
   } catch (const std::bad_alloc&) {
-    report_error("out of memory (is the model or batch too large?)");
+    error = "out of memory (is the model or batch too large?)";
   } catch (const std::exception& e) {  // InputError, io::Error, GraphError, ...
-    report_error(e.what());
+    error = e.what();
   }
   return 1;
 }
+
+}  // namespace gg::cli

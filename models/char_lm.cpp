@@ -20,7 +20,7 @@ const train::OptionTable<CharLmOptions>& CharLmOptions::table() {
   using O = CharLmOptions;
   using train::opt;
   static const train::OptionTable<O> t{
-      {opt("data", &O::data, "Text file to train on (default: the bundled tinyshakespeare.txt)"),
+      {opt("data", &O::data, "Text file to train on (default: the bundled tinyshakespeare.txt)").reads_file(),
        opt("batch_size", &O::batch_size, "Sequences per step").at_least(1).at_most(1 << 20),
        opt("sample_tokens", &O::sample_tokens, "Characters to generate at the end").at_least(0).at_most(1 << 20),
        opt("temperature", &O::temperature, "Sampling temperature").above(0).at_most(100),

@@ -116,7 +116,7 @@ const train::OptionTable<VitJobOptions>& VitJobOptions::table() {
   using O = VitJobOptions;
   using train::opt;
   static const train::OptionTable<O> t{
-      {opt("data", &O::data, "Digits CSV: 64 pixels 0..16, then the label, a line (default: the bundled digits.csv)"),
+      {opt("data", &O::data, "Digits CSV: 64 pixels 0..16, then the label, a line (default: the bundled digits.csv)").reads_file(),
        opt("batch_size", &O::batch_size, "Training images per step").at_least(1).at_most(1 << 20),
        opt("test_batch", &O::test_batch, "Test images per evaluation batch").at_least(1).at_most(1 << 20),
        opt("shift", &O::shift, "Shift training images by up to this many pixels (0 = no augmentation)")

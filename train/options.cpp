@@ -42,6 +42,7 @@ std::string to_text(const OptionValue& v) {
         using T = std::decay_t<decltype(x)>;
         if constexpr (std::is_same_v<T, bool>) return x ? "true" : "false";
         else if constexpr (std::is_same_v<T, std::string>) return x;
+        else if constexpr (std::is_same_v<T, std::vector<std::string>>) return fmt::format("{}", fmt::join(x, ","));
         else return fmt::format("{}", x);
       },
       v);
@@ -51,6 +52,7 @@ std::string Option::describe() const {
   switch (kind) {
     case Kind::boolean: return "true or false";
     case Kind::text: return "a string";
+    case Kind::list: return "comma-separated names";
     case Kind::choice: return fmt::format("one of {}", fmt::join(choices, ", "));
     default: break;
   }
@@ -70,6 +72,8 @@ std::string Option::problem(const OptionValue& v) const {
       return std::holds_alternative<bool>(v) ? "" : must(to_text(v));
     case Kind::text:
       return std::holds_alternative<std::string>(v) ? "" : must(to_text(v));
+    case Kind::list:
+      return std::holds_alternative<std::vector<std::string>>(v) ? "" : must(to_text(v));
     case Kind::choice: {
       if (!std::holds_alternative<std::string>(v)) return must(to_text(v));
       for (auto& c : choices)
@@ -120,6 +124,16 @@ OptionValue Option::parse_text(const std::string& text) const {
       v = x;
       break;
     }
+    case Kind::list: {
+      std::vector<std::string> items;
+      for (std::size_t at = 0; at <= text.size();) {
+        const std::size_t comma = std::min(text.find(',', at), text.size());
+        if (comma > at) items.push_back(text.substr(at, comma - at));
+        at = comma + 1;
+      }
+      v = items;
+      break;
+    }
     default:
       v = text;
   }
@@ -137,13 +151,16 @@ const Option* OptionList::find(const std::string& name) const {
   return nullptr;
 }
 
-void OptionList::validate(const void* s, const std::string& source) const {
+void OptionList::validate(const void* s, const std::string& source, bool as_flags) const {
+  auto fail = [&](const std::string& key, const std::string& problem) {
+    return InputError(as_flags ? fmt::format("{}: {}", flag_name(key), problem)
+                               : fmt::format("{}: key '{}': {}", source, key, problem));
+  };
   for (const Option& o : options_)
-    if (std::string p = o.problem(o.get(s)); !p.empty())
-      throw InputError(fmt::format("{}: key '{}': {}", source, o.name, p));
+    if (std::string p = o.problem(o.get(s)); !p.empty()) throw fail(o.name, p);
   if (check_) {
     auto [key, problem] = check_(s);
-    if (!problem.empty()) throw InputError(fmt::format("{}: key '{}': {}", source, key, problem));
+    if (!problem.empty()) throw fail(key, problem);
   }
 }
 

@@ -15,7 +15,9 @@
 //     }
 //   };
 //
-// Not here: parsing argv (cli/ binds each option to a flag), nested or list-valued options.
+// Not here: parsing argv (cli/ binds each option to a flag), nested options. A list-valued
+// option (std::vector<std::string>) is a command-line flag only: its text is comma-separated,
+// and a JSON file cannot set it.
 #pragma once
 
 #include <algorithm>
@@ -34,17 +36,23 @@
 namespace gg::train {
 
 // An option's value, whatever its C++ type: choices travel as their names.
-using OptionValue = std::variant<bool, std::int64_t, double, std::string>;
+using OptionValue = std::variant<bool, std::int64_t, double, std::string, std::vector<std::string>>;
 
 // One option, type-erased: accessors take the options struct as void*.
 struct Option {
-  enum class Kind { boolean, integer, number, text, choice };
+  enum class Kind { boolean, integer, number, text, choice, list };
+  // What a text option names, for the command line to check before any work: a file to read
+  // (it must exist and be a regular file), a file to write (its directory must exist).
+  enum class Path { none, input, output };
   std::string name, help;
   Kind kind = Kind::text;
   std::vector<std::string> choices;  // Kind::choice: the allowed names
   double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
   bool lo_open = false, hi_open = false;  // (lo, ...) or [lo, ...)
   bool optional_in_json = false;          // a JSON config may leave it out (it keeps its default)
+  bool required = false;                  // the command line must give it
+  Path path = Path::none;
+  std::string bare;                       // the text of a flag given alone or empty ("--grad"); "" = it takes a value
   std::function<OptionValue(const void*)> get;
   std::function<void(void*, const OptionValue&)> set;  // the value is already checked
 
@@ -55,6 +63,12 @@ struct Option {
   Option&& below(double v) && { hi = v, hi_open = true; return std::move(*this); }
   // Marks an option that JSON configs may omit (the reference model's spec fixes its keys).
   Option&& optional() && { optional_in_json = true; return std::move(*this); }
+  // Command-line roles: a flag that must be given, a path read or written, the text of a
+  // flag given without a value.
+  Option&& must_give() && { required = true; return std::move(*this); }
+  Option&& reads_file() && { path = Path::input; return std::move(*this); }
+  Option&& writes_file() && { path = Path::output; return std::move(*this); }
+  Option&& alone_means(std::string text) && { bare = std::move(text); return std::move(*this); }
 
   // "an integer >= 1", "a number in [0, 1)", "true or false", "one of erf, tanh".
   std::string describe() const;
@@ -79,6 +93,7 @@ Option opt(std::string name, T S::*member, std::string help) {
   o.help = std::move(help);
   if constexpr (std::is_same_v<T, bool>) {
     o.kind = Option::Kind::boolean;
+    o.bare = "true";  // "--resume" alone
     o.get = [member](const void* s) -> OptionValue { return static_cast<const S*>(s)->*member; };
     o.set = [member](void* s, const OptionValue& v) { static_cast<S*>(s)->*member = std::get<bool>(v); };
   } else if constexpr (std::is_integral_v<T>) {
@@ -94,8 +109,13 @@ Option opt(std::string name, T S::*member, std::string help) {
     o.hi = double(std::numeric_limits<T>::max());
     o.get = [member](const void* s) -> OptionValue { return shortest_double(static_cast<const S*>(s)->*member); };
     o.set = [member](void* s, const OptionValue& v) { static_cast<S*>(s)->*member = T(std::get<double>(v)); };
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+    o.kind = Option::Kind::list;
+    o.get = [member](const void* s) -> OptionValue { return static_cast<const S*>(s)->*member; };
+    o.set = [member](void* s, const OptionValue& v) { static_cast<S*>(s)->*member = std::get<std::vector<std::string>>(v); };
   } else {
-    static_assert(std::is_same_v<T, std::string>, "options are bool, integers, floating point or std::string");
+    static_assert(std::is_same_v<T, std::string>,
+                  "options are bool, integers, floating point, std::string or std::vector<std::string>");
     o.kind = Option::Kind::text;
     o.get = [member](const void* s) -> OptionValue { return static_cast<const S*>(s)->*member; };
     o.set = [member](void* s, const OptionValue& v) { static_cast<S*>(s)->*member = std::get<std::string>(v); };
@@ -135,8 +155,9 @@ class OptionList {
   const Option* find(const std::string& name) const;
 
   // Every option's value checked, then the cross check; throws InputError
-  // "<source>: key '<name>': <problem>".
-  void validate(const void* s, const std::string& source) const;
+  // "<source>: key '<name>': <problem>", or with `as_flags` (values from the command line)
+  // "--<name-with-dashes>: <problem>".
+  void validate(const void* s, const std::string& source, bool as_flags = false) const;
   // One JSON object {"name": value, ...} of every option.
   std::string to_json(const void* s) const;
 

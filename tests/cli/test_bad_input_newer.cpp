@@ -36,7 +36,7 @@ void refused(const std::string& args, const std::vector<std::string>& names) {
 TEST_CASE("bad input, newer commands 1: an empty --out-dir is refused, not read as 'true'") {
   TempDir dir;
   refused("train --quiet --steps 1 --data " + quote(text_file(dir)) + " --block-size 8 --n-layer 1 --n-embd 16 "
-          "--n-head 2 --sample-tokens 0 --out-dir ''", {"out_dir"});
+          "--n-head 2 --sample-tokens 0 --out-dir ''", {"--out-dir"});
   CHECK_FALSE(fs::exists("true/checkpoint.safetensors"));
 }
 

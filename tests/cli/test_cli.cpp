@@ -236,7 +236,7 @@ TEST_CASE("cli: train refuses out-of-range and mistyped numbers, naming the flag
                       {"--top-k 4294967297", "--top-k"},           {"--seed -1", "--seed"},
                       {"--sample-tokens -5", "--sample-tokens"},   {"--weight-decay inf", "--weight-decay"},
                       {"--layernorm-eps 1e300", "--layernorm-eps"}, {"--steps 2abc", "--steps"},
-                      {"--n-head 3", "n_embd"},                    {"--gelu relu", "--gelu"},
+                      {"--n-head 3", "--n-embd"},                    {"--gelu relu", "--gelu"},
                       {"--bias maybe", "--bias"}};
   for (const Bad& b : bads) check_refusal(b.args, run(std::string("train --quiet ") + b.args), {b.names});
 }

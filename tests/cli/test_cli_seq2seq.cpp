@@ -46,7 +46,7 @@ TEST_CASE("cli: train-seq2seq mistakes and a resumed checkpoint of the other tas
   check_refused("--task bogus", run("train-seq2seq --task bogus" + out), {"--task", "bogus"});
   check_refused("--n-head 3", run("train-seq2seq --n-head 3" + out), {"n_head", "divisible"});
   check_refused("--min-len 5 --max-len 4", run("train-seq2seq --task reverse --min-len 5 --max-len 4" + out),
-                {"max_len"});
+                {"--max-len"});
   CHECK_FALSE(fs::exists(dir.file("run")));  // refused before anything was written
 
   const Result ok = run("train-seq2seq" + kTiny + out);

@@ -67,7 +67,7 @@ TEST_CASE("cli: train-vit mistakes") {
   const std::string out = " --out-dir " + quote(dir.file("v"));
   check_refusal("--patch 3", run("train-vit --patch 3" + out), {"patch", "3"});
   check_refusal("--pool max", run("train-vit --pool max" + out), {"--pool", "max"});
-  check_refusal("--d-model 30", run("train-vit --d-model 30" + out), {"d_model", "30"});
+  check_refusal("--d-model 30", run("train-vit --d-model 30" + out), {"--d-model", "30"});
   check_refusal("--data missing", run("train-vit --steps 1 --data " + quote(dir.file("none.csv")) + out),
                 {"none.csv"});
   std::ofstream(dir.file("bad.csv")) << "0,1,2\n";
