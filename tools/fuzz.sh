@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-${GG_FUZZ_SECONDS:-60}}
 build=${GG_FUZZ_BUILD_DIR:-build-fuzz}
-targets=(${GG_FUZZ_TARGETS:-safetensors json chardata checkpoint})
+targets=(${GG_FUZZ_TARGETS:-safetensors json chardata checkpoint cli})
 # clang 16 when present: clang 14 cannot compile std::source_location with this libstdc++
 # (the checkpoint target includes ops/ and dsl/).
 default_cxx=clang++
@@ -32,7 +32,7 @@ fuzz_one() {
   local t=$1 work="$build/corpus/$1" art="$build/artifacts/$1/"
   mkdir -p "$work" "$art"
   "$build/fuzz_$t" "$work" "fuzz/corpus/$t" -dict=fuzz/json.dict -max_total_time="$secs" \
-    -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 -print_final_stats=1 \
+    -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 -print_final_stats=1 -close_fd_mask=1 \
     -artifact_prefix="$art" >"$build/fuzz_$t.log" 2>&1
 }
 status=0
