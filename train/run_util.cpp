@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "io/json.h"
+#include "io/json_object.h"
 #include "io/message.h"
 
 namespace gg::train {
@@ -93,15 +93,15 @@ std::string model_difference(const std::string& saved_kind, const std::string& s
                              const std::string& now) {
   if (saved_kind != kind)
     return fmt::format("holds model {}, this run builds {}", io::in_quotes(saved_kind, 30), io::in_quotes(kind, 30));
-  // Strict and depth-bounded: the saved text is outside data (64 levels keep the recursion
-  // below shallow).
-  nlohmann::json a, b;
+  // The saved text is outside data: read strictly, nested at most 64 deep (which keeps the
+  // recursion below shallow), before the JSON library parses it.
   try {
-    a = io::parse_json_strict(saved, "model options");
-    b = io::parse_json_strict(now, "model options");
+    io::parse_json_object(saved, "model options", 64);
   } catch (const io::Error&) {
     return fmt::format("holds model options that are not valid JSON ({} bytes)", io::with_commas(saved.size()));
   }
+  const nlohmann::json a = nlohmann::json::parse(saved, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json b = nlohmann::json::parse(now, nullptr, /*allow_exceptions=*/false);
   if (a == b) return "holds model options that differ from this run's only in how they are written";
   const JsonDiff d = first_difference(a, b, "");
   if (d.path.empty()) return fmt::format("has model options {}, this run {}", shown(a), io::cut(now, 30));
