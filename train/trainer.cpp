@@ -139,7 +139,8 @@ class Run {
         b = data_.train(rng_);
         model_rng = m_.rng();
         const bool last = k + 1 == o_.accum;
-        loss += dp_->weight(b) * dp_->step(b, last, last && o_.accum > 1 ? &sums_ : nullptr, 1.f / float(o_.accum));
+        const double share_loss = dp_->step(b, last, last && o_.accum > 1 ? &sums_ : nullptr, 1.f / float(o_.accum));
+        loss += dp_->step_weight() * share_loss;
         items_ += batch_items(data_, b);
         if (!last) accumulate(m_.grads(), k);
       }
