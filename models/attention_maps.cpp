@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "io/message.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 
@@ -132,7 +133,8 @@ std::string attention_svg(const AttentionMaps& m, std::int64_t layer, std::int64
 Seq2SeqCheckpoint load_seq2seq(const std::string& path) {
   train::Checkpoint ck = train::load_checkpoint(path);
   if (ck.model_kind != "seq2seq")
-    throw InputError(fmt::format("{}: not an encoder-decoder checkpoint (model '{}')", path, ck.model_kind));
+    throw InputError(fmt::format("{}: not an encoder-decoder checkpoint (model {})", io::cut(path, 80),
+                                 io::in_quotes(ck.model_kind, 40)));
   Seq2SeqCheckpoint r;
   train::read_json(ck.model_options, path + " (model_options)", {train::bind(r.config)}, /*require_all=*/true);
   if (!ck.user.count("task") || (ck.user["task"] != "numbers" && ck.user["task"] != "reverse"))

@@ -9,6 +9,7 @@
 #include <memory>
 #include <random>
 
+#include "io/message.h"
 #include "train/data.h"
 #include "train/data_path.h"
 
@@ -114,7 +115,8 @@ CharLmResult run_char_lm(const CharLmOptions& opts, GptConfig model, const train
     if (t.resume && std::filesystem::exists(ck_path)) {
       probe = train::load_checkpoint(ck_path);
       if (probe.user["vocab"] != info.metadata["vocab"])
-        throw InputError(fmt::format("{}: the checkpoint's vocabulary differs from that of {}", ck_path, path));
+        throw InputError(fmt::format("{}: the checkpoint's vocabulary differs from that of {}", io::cut(ck_path, 80),
+                                     io::cut(path, 80)));
     }
   }
   CharLmResult r;
@@ -135,7 +137,8 @@ CharLmResult run_char_lm(const CharLmOptions& opts, GptConfig model, const train
 CharLmCheckpoint load_char_lm(const std::string& path) {
   train::Checkpoint ck = train::load_checkpoint(path);
   if (ck.model_kind != "gpt" || !ck.user.count("vocab"))
-    throw InputError(fmt::format("{}: not a character-model checkpoint (model '{}', {})", path, ck.model_kind,
+    throw InputError(fmt::format("{}: not a character-model checkpoint (model {}, {})", io::cut(path, 80),
+                                 io::in_quotes(ck.model_kind, 40),
                                  ck.user.count("vocab") ? "with a vocabulary" : "no vocabulary"));
   CharLmCheckpoint c;
   c.config = parse_gpt_config(ck.model_options, path + " (model_options)");

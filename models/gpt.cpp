@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/message.h"
+
 namespace gg::models {
 
 using namespace gg::dsl;
@@ -138,16 +140,17 @@ std::vector<train::ParamInfo> gpt_params(const GptConfig& c) {
 }
 
 std::vector<train::Batch> read_gpt_batches(const io::File& f, const GptConfig& c, bool stacked) {
-  auto fail = [&](const std::string& why) { throw InputError(fmt::format("{}: {}", f.path, why)); };
+  auto fail = [&](const std::string& why) { throw InputError(fmt::format("{}: {}", io::cut(f.path, 80), why)); };
+  auto shape = [](const std::vector<std::int64_t>& s) { return io::cut(to_string(s), 40); };
   const io::Entry* tok = f.find("tokens");
   const io::Entry* tgt = f.find("targets");
   if (!tok || !tgt) fail(fmt::format("needs tensors 'tokens' and 'targets'{}", stacked ? " of shape [N, B, T]" : " of shape [B, T]"));
   const std::size_t rank = stacked ? 3 : 2;
-  if (tok->shape.size() != rank) fail(fmt::format("'tokens' has shape {}, expected rank {}", to_string(tok->shape), rank));
+  if (tok->shape.size() != rank) fail(fmt::format("'tokens' has shape {}, expected rank {}", shape(tok->shape), rank));
   if (tgt->shape != tok->shape)
-    fail(fmt::format("'targets' has shape {} but 'tokens' has {}", to_string(tgt->shape), to_string(tok->shape)));
+    fail(fmt::format("'targets' has shape {} but 'tokens' has {}", shape(tgt->shape), shape(tok->shape)));
   for (auto d : tok->shape)
-    if (d < 1) fail(fmt::format("'tokens' has an empty dimension: {}", to_string(tok->shape)));
+    if (d < 1) fail(fmt::format("'tokens' has an empty dimension: {}", shape(tok->shape)));
   const std::int64_t N = stacked ? tok->shape[0] : 1, B = tok->shape[rank - 2], T = tok->shape[rank - 1];
   if (T > c.block_size) fail(fmt::format("sequence length {} exceeds block_size {}", T, c.block_size));
   std::vector<std::int32_t> tokens, targets;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "io/message.h"
 #include "train/checkpoint.h"
 
 namespace gg::models {
@@ -379,7 +380,8 @@ Seq2SeqResult run_seq2seq(const Seq2SeqOptions& opts, Seq2SeqConfig model, const
   if (t.resume && std::filesystem::exists(ck_path)) {
     train::Checkpoint ck = train::load_checkpoint(ck_path);
     if (ck.user.count("task") && ck.user["task"] != task.name)
-      throw InputError(fmt::format("{}: the checkpoint was trained on task '{}', not '{}'", ck_path, ck.user["task"], task.name));
+      throw InputError(fmt::format("{}: the checkpoint was trained on task {}, not '{}'", io::cut(ck_path, 80),
+                                   io::in_quotes(ck.user["task"], 40), task.name));
     start = ck.step;
   }
   train::DataSource src;

@@ -6,6 +6,7 @@
 
 #include <charconv>
 
+#include "io/message.h"
 #include "io/safetensors.h"
 
 namespace gg::train {
@@ -24,7 +25,8 @@ void save_checkpoint(const std::string& path, const Checkpoint& ck) {
   for (auto& [k, v] : ck.user) f.metadata["user." + k] = v;
   for (auto& [name, t] : ck.params) {
     if (name.starts_with("optim.") || name.starts_with("curve."))
-      throw InputError(fmt::format("{}: parameter name '{}' uses a prefix reserved for checkpoints", path, name));
+      throw InputError(fmt::format("{}: parameter name {} uses a prefix reserved for checkpoints", io::cut(path, 80),
+                                   io::in_quotes(name, 60)));
     f.add_f32(name, t.shape(), t.to_vector());
   }
   for (auto& [k, t] : ck.optim_state) f.add_f32("optim." + k, t.shape(), t.to_vector());
@@ -50,38 +52,40 @@ Checkpoint load_checkpoint(const std::string& path) {
   } catch (const io::Error& e) {
     throw InputError(e.what());
   }
+  const std::string at = io::cut(path, 80);  // the path as messages show it
   auto meta = [&](const char* k) {
     auto it = f.metadata.find(k);
-    if (it == f.metadata.end()) throw InputError(fmt::format("{}: not a gradgraph checkpoint (no '{}' metadata)", path, k));
+    if (it == f.metadata.end()) throw InputError(fmt::format("{}: not a gradgraph checkpoint (no '{}' metadata)", at, k));
     return it->second;
   };
   const std::string format = meta("format");
   if (format != kFormat)
-    throw InputError(fmt::format("{}: checkpoint format '{}' is not '{}'", path, format.substr(0, 60), kFormat));
+    throw InputError(fmt::format("{}: checkpoint format '{}' is not '{}'", at, format.substr(0, 60), kFormat));
   Checkpoint ck;
   ck.model_kind = meta("model");
   ck.model_options = meta("model_options");
   ck.optimizer = meta("optimizer");
   if (ck.optimizer != "adamw" && ck.optimizer != "sgd")
-    throw InputError(fmt::format("{}: optimizer '{}' is neither adamw nor sgd", path, ck.optimizer.substr(0, 60)));
+    throw InputError(fmt::format("{}: optimizer '{}' is neither adamw nor sgd", at, ck.optimizer.substr(0, 60)));
   const std::string step = meta("step");
   auto [end, ec] = std::from_chars(step.data(), step.data() + step.size(), ck.step);
   if (ec != std::errc{} || end != step.data() + step.size() || step.empty() || ck.step < 0)
-    throw InputError(fmt::format("{}: step '{}' is not a whole number >= 0", path, step.substr(0, 40)));
+    throw InputError(fmt::format("{}: step '{}' is not a whole number >= 0", at, step.substr(0, 40)));
   ck.train_options = meta("train_options");
   ck.rng_state = meta("rng");
   for (auto& [k, v] : f.metadata)
     if (k.starts_with("user.")) ck.user[k.substr(5)] = v;
   for (auto& [name, e] : f.tensors) {
     if (e.dtype != io::DType::f32)
-      throw InputError(fmt::format("{}: tensor '{}' is {}, checkpoints hold F32 only", path, name.substr(0, 80),
+      throw InputError(fmt::format("{}: tensor '{}' is {}, checkpoints hold F32 only", at, io::cut(name, 60),
                                    io::dtype_name(e.dtype)));
     Tensor t = Tensor::f32(e.shape, e.to_f32());
     if (name.starts_with("optim.")) {
       ck.optim_state.emplace(name.substr(6), std::move(t));
     } else if (name.starts_with("curve.")) {
       if (t.shape().size() != 2 || t.shape()[1] != 2)
-        throw InputError(fmt::format("{}: curve '{}' has shape {}, expected (n, 2)", path, name, to_string(t.shape())));
+        throw InputError(fmt::format("{}: curve {} has shape {}, expected (n, 2)", at, io::in_quotes(name, 60),
+                                     io::cut(to_string(t.shape()), 40)));
       Series s{name.substr(6), {}, {}};
       for (std::int64_t i = 0; i < t.shape()[0]; ++i) {
         s.x.push_back(t.f()[2 * i]);

@@ -31,8 +31,6 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-int launched_size() { return env_config().launched_size; }
-
 // What the signal handler and the exit handler read: written before they can run.
 std::atomic<bool> g_failed{false}, g_shared_error{false};
 char g_note[2][320];
@@ -67,7 +65,7 @@ void finalize_at_exit() {
 }  // namespace
 
 World::World() {
-  const int launched = launched_size();
+  const int launched = env_config().launched_size;
 #ifdef GG_HAVE_MPI
   if (launched > 1) {
     int provided = 0, inited = 0;
@@ -181,7 +179,6 @@ struct DataParallel::Buckets {
   std::vector<std::pair<std::size_t, std::size_t>> at;  // per gradient: its bucket and offset there
   std::vector<std::size_t> numel;                       // per gradient
   std::vector<char> given;                              // per gradient: filled this step
-  std::vector<std::string> names;
   std::size_t steps = 0;  // rank 0's plan's steps
   std::size_t next = 0;   // the next bucket to start (buckets start in order on every rank)
   int ranks = 1;
@@ -341,32 +338,33 @@ void DataParallel::plan(const Batch& global) {
   std::string text = fmt::format("{}", steps);
   for (std::size_t i = 0; i < names.size(); ++i) text += fmt::format(";{} {}", names[i], ready[i]);
   const std::vector<std::string> all = w_.allgather(text);
-  auto names_of = [](const std::string& t) {
-    std::vector<std::string> r;
+  // "steps;name ready;..." -> (name, ready) pairs.
+  auto parse = [](const std::string& t) {
+    std::vector<std::pair<std::string, std::size_t>> r;
     for (std::size_t at = t.find(';'); at != std::string::npos;) {
       const std::size_t end = t.find(';', at + 1);
       const std::string item = t.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
-      r.push_back(item.substr(0, item.rfind(' ')));
+      const std::size_t space = item.rfind(' ');
+      r.emplace_back(item.substr(0, space), std::size_t(std::strtoull(item.c_str() + space + 1, nullptr, 10)));
       at = end;
     }
     return r;
   };
-  for (int r = 1; r < w_.size(); ++r)
-    if (names_of(all[std::size_t(r)]) != names_of(all[0])) {
+  const std::vector<std::pair<std::string, std::size_t>> zero = parse(all[0]);
+  for (int r = 1; r < w_.size(); ++r) {
+    const std::vector<std::pair<std::string, std::size_t>> other = parse(all[std::size_t(r)]);
+    if (!std::equal(other.begin(), other.end(), zero.begin(), zero.end(),
+                    [](const auto& a, const auto& b) { return a.first == b.first; })) {
       w_.shared_error();
       throw InputError(fmt::format("data parallel: rank {} trains other parameters than rank 0 ({} and {} gradients)",
-                                   r, names_of(all[std::size_t(r)]).size(), names_of(all[0]).size()));
+                                   r, other.size(), zero.size()));
     }
-  std::vector<std::size_t> ready0;
-  {
-    const std::string& t = all[0];
-    for (std::size_t at = t.find(';'); at != std::string::npos; at = t.find(';', at + 1))
-      ready0.push_back(std::size_t(std::strtoull(t.c_str() + t.find(' ', at) + 1, nullptr, 10)));
   }
+  std::vector<std::size_t> ready0;
+  for (const auto& p : zero) ready0.push_back(p.second);
   b_ = std::make_unique<Buckets>();
   Buckets& bk = *b_;
   bk.ranks = w_.size();
-  bk.names = names;
   bk.steps = std::size_t(std::strtoull(all[0].c_str(), nullptr, 10));
   for (const std::string& n : names)
     for (const ParamInfo& p : m_.param_table())
@@ -435,12 +433,13 @@ double DataParallel::step(const Batch& global, bool reduce, const std::vector<st
     const std::mt19937_64& state;
     ~Restore() { m.rng() = state; }
   } restore{m_, shared};
+  const std::vector<double> w = weights(global);
+  step_weight_ = w[std::size_t(w_.rank())];
   if (!reduce) return m_.forward_backward(mine);
   if (!b_) throw InputError("data parallel: step() before plan()");
   Buckets& bk = *b_;
   bk.reset();
   bk.reducing = true;
-  const std::vector<double> w = weights(global);
   bk.weights.resize(w.size());
   for (std::size_t r = 0; r < w.size(); ++r) bk.weights[r] = float(double(scale) * w[r]);
   bk.prior = prior;
@@ -458,8 +457,8 @@ double DataParallel::step(const Batch& global, bool reduce, const std::vector<st
 std::vector<ParamGrad> DataParallel::reduced(std::vector<ParamGrad> pg) {
   if (!b_ || !b_->reducing) throw InputError("data parallel: reduced() without a reducing step()");
   Buckets& bk = *b_;
-  if (pg.size() != bk.names.size())
-    throw InputError(fmt::format("data parallel: {} gradients to reduce, the plan has {}", pg.size(), bk.names.size()));
+  if (pg.size() != bk.numel.size())
+    throw InputError(fmt::format("data parallel: {} gradients to reduce, the plan has {}", pg.size(), bk.numel.size()));
   const auto t0 = clock_type::now();
   for (std::size_t i = 0; i < pg.size(); ++i)
     if (!bk.given[i]) bk.fill(i, pg[i].grad);  // a gradient the run did not announce (timing skips leave work out)

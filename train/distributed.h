@@ -97,7 +97,6 @@ class DataParallel {
   Batch share_of(const Batch& global, int r) const;
   // Each rank's weight in the sum: its share of the loss terms (default: of the rows).
   std::vector<double> weights(const Batch& global) const;
-  double weight(const Batch& global) const { return weights(global)[std::size_t(w_.rank())]; }
   // What the loss is a mean over in a batch (DataSource::loss_terms), when not its rows.
   void set_loss_terms(std::function<double(const Batch&)> terms) { terms_ = std::move(terms); }
   // Plans the share's training pass and the buckets, from rank 0's plan (so every rank
@@ -112,8 +111,10 @@ class DataParallel {
   // as its gradients become final. A micro-batch before the last of an accumulated step
   // passes reduce = false (then nothing is reduced). With reduce: bucket values are
   // scale * weight * (gradient + prior[i]) (prior: the earlier micro-batches' sums per
-  // parameter, or null). Returns this rank's loss on its share.
+  // parameter, or null). Returns this rank's loss on its share; step_weight() is then this
+  // rank's weight in that batch (weights(global)[rank], computed once by the step).
   double step(const Batch& global, bool reduce, const std::vector<std::vector<float>>* prior, float scale);
+  double step_weight() const { return step_weight_; }
   // Waits for the reductions and points pg's gradients at the global gradient.
   std::vector<ParamGrad> reduced(std::vector<ParamGrad> pg);
   const SyncStats& stats() const { return stats_; }
@@ -130,6 +131,7 @@ class DataParallel {
   SyncStats stats_;
   bool overlap_ = true;
   std::function<double(const Batch&)> terms_;
+  double step_weight_ = 0;  // this rank's weight in the last step()'s batch
 };
 
 }  // namespace gg::train

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "autodiff/grad.h"
+#include "io/message.h"
 
 namespace gg::train {
 
@@ -26,13 +27,6 @@ std::string plan_key(const Batch& b, bool training) {
   std::string k = training ? "train|" : "eval|";
   for (auto& [name, t] : b) k += fmt::format("{}:{}{};", name, to_string(t.dtype()), to_string(t.shape()));
   return k;
-}
-// "a, b, c and 12 more"
-std::string listed(const std::vector<std::string>& xs, std::size_t max = 4) {
-  std::vector<std::string> head(xs.begin(), xs.begin() + std::ptrdiff_t(std::min(max, xs.size())));
-  std::string s = fmt::format("{}", fmt::join(head, ", "));
-  if (xs.size() > max) s += fmt::format(" and {} more", xs.size() - max);
-  return s;
 }
 std::map<std::string, Shape> shapes_of(const Batch& b) {
   std::map<std::string, Shape> s;
@@ -53,8 +47,8 @@ dsl::Expr ModelInputs::operator[](const std::string& name) {
   if (it == batch_.end()) {
     std::vector<std::string> have;
     for (auto& [n, t] : batch_) have.push_back(n);
-    throw InputError(fmt::format("the model reads input '{}' but the batch has no such tensor (it has: {})", name,
-                                 have.empty() ? "nothing" : listed(have)));
+    throw InputError(fmt::format("the model reads input {} but the batch has no such tensor (it has: {})",
+                                 io::in_quotes(name, 40), have.empty() ? "nothing" : io::count_list(have, 4, 40)));
   }
   dsl::Expr e = dsl::input(g_, name, it->second.shape(), it->second.dtype());
   declared_.emplace(name, e);
@@ -63,7 +57,7 @@ dsl::Expr ModelInputs::operator[](const std::string& name) {
 
 const Shape& ModelInputs::shape(const std::string& name) const {
   auto it = batch_.find(name);
-  if (it == batch_.end()) throw InputError(fmt::format("the batch has no tensor '{}'", name));
+  if (it == batch_.end()) throw InputError(fmt::format("the batch has no tensor {}", io::in_quotes(name, 40)));
   return it->second.shape();
 }
 
@@ -84,9 +78,11 @@ std::unique_ptr<Graph> Model::build_graph(const Batch& b, bool training, ModelOu
                                  kind_));
   for (auto& [name, t] : b)
     if (!in.has(name) || g->find(name, OpKind::input) < 0)
-      throw InputError(o.loss.g ? fmt::format("model '{}': the batch's tensor '{}' is not read by the model", kind_, name)
+      throw InputError(o.loss.g ? fmt::format("model '{}': the batch's tensor {} is not read by the model", kind_,
+                                              io::in_quotes(name, 40))
                                 : fmt::format("model '{}': the build function gave no loss (ModelOutputs::loss is "
-                                              "empty) and leaves the batch's tensor '{}' unused", kind_, name));
+                                              "empty) and leaves the batch's tensor {} unused", kind_,
+                                              io::in_quotes(name, 40)));
   auto own = [&](const dsl::Expr& e, const std::string& what) {
     if (e.g != g.get())
       throw InputError(fmt::format("model '{}': {} was not built in the graph given to the build function", kind_, what));
@@ -297,23 +293,46 @@ void load_params(ParamStore& store, const std::map<std::string, Tensor>& tensors
   for (const ParamInfo& p : table) {
     known.insert(p.name);
     auto it = tensors.find(p.name);
-    if (it == tensors.end()) missing.push_back(p.name);
+    if (it == tensors.end()) missing.push_back(io::cut(p.name, 40));
     else if (it->second.dtype() != DType::f32 || it->second.shape() != p.shape)
-      misshaped.push_back(fmt::format("{} is {}{} but the model needs f32{}", p.name, to_string(it->second.dtype()),
-                                      to_string(it->second.shape()), to_string(p.shape)));
+      misshaped.push_back(fmt::format("{} is {}{} but the model needs f32{}", io::cut(p.name, 40),
+                                      to_string(it->second.dtype()), io::cut(to_string(it->second.shape()), 40),
+                                      io::cut(to_string(p.shape), 40)));
   }
   if (!allow_extra)
     for (auto& [name, t] : tensors)
-      if (!known.count(name)) unexpected.push_back(name.size() > 80 ? name.substr(0, 80) + "..." : name);
-  if (!missing.empty() || !misshaped.empty() || !unexpected.empty()) {
-    std::string msg = fmt::format("{}: the tensors do not match the model's parameters:", source);
-    if (!missing.empty()) msg += fmt::format(" missing [{}];", listed(missing));
-    if (!unexpected.empty()) msg += fmt::format(" unexpected [{}];", listed(unexpected));
-    if (!misshaped.empty()) msg += fmt::format(" mis-shaped [{}];", listed(misshaped, 3));
-    msg.pop_back();
-    throw InputError(msg);
+      if (!known.count(name)) {
+        const std::string q = io::in_quotes(name, 40);  // cut, control bytes escaped: one line
+        unexpected.push_back(q.substr(1, q.size() - 2));
+      }
+  if (missing.empty() && misshaped.empty() && unexpected.empty()) {
+    for (const ParamInfo& p : table) store.set(p.name, tensors.at(p.name));
+    return;
   }
-  for (const ParamInfo& p : table) store.set(p.name, tensors.at(p.name));
+  // The first few names of each kind of problem; fewer when that would make a long line, then
+  // only the first kind's first name, then only the counts.
+  auto message = [&](std::size_t shown, std::size_t shown_after_first) {
+    std::string msg = fmt::format("{}: the tensors do not match the model's parameters:", io::cut(source, 80));
+    bool first = true;
+    auto add = [&](const char* what, const std::vector<std::string>& xs, std::size_t n) {
+      if (xs.empty()) return;
+      if (!first) n = std::min(n, shown_after_first);
+      first = false;
+      msg += fmt::format(" {} [{}];", what,
+                         n > 0 ? io::count_list(xs, n, 200)
+                               : fmt::format("{} tensor{}", io::with_commas(xs.size()), xs.size() > 1 ? "s" : ""));
+    };
+    add("missing", missing, shown);
+    add("unexpected", unexpected, shown);
+    add("mis-shaped", misshaped, std::min<std::size_t>(shown, 1));
+    msg.pop_back();
+    return msg;
+  };
+  std::string msg = message(3, 3);
+  if (msg.size() > 270) msg = message(1, 1);
+  if (msg.size() > 270) msg = message(1, 0);
+  if (msg.size() > 270) msg = message(0, 0);
+  throw InputError(msg);
 }
 
 }  // namespace gg::train

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "io/message.h"
 #include "ops/cpu/threads.h"
 
 namespace gg {
@@ -96,26 +97,28 @@ void Optimizer::load_state(const std::map<std::string, Tensor>& s, std::int64_t 
     if (std::find(prefixes.begin(), prefixes.end(), prefix) == prefixes.end()) {
       const char* other = kind_of_prefix(prefix);
       if (other && std::string(other) != kind())
-        throw GraphError(fmt::format("{}: state key '{}' is {} optimizer state, not {}", kind(), key, other,
-                                     kind()));
-      throw GraphError(fmt::format("{}: unexpected state key '{}'{}", kind(), key,
+        throw GraphError(fmt::format("{}: state key {} is {} optimizer state, not {}", kind(), io::in_quotes(key, 60),
+                                     other, kind()));
+      throw GraphError(fmt::format("{}: unexpected state key {}{}", kind(), io::in_quotes(key, 60),
                                    prefixes.empty() ? " (this optimizer keeps no buffers)" : ""));
     }
     auto p = params.find(name);
     if (p == params.end())
-      throw GraphError(fmt::format("{}: state key '{}' is for parameter '{}', which is not among the {} parameters",
-                                   kind(), key, name, params.size()));
+      throw GraphError(fmt::format("{}: state key {} is for a parameter not among the {} parameters", kind(),
+                                   io::in_quotes(key, 60), params.size()));
     if (t.shape() != p->second || t.dtype() != DType::f32)
-      throw GraphError(fmt::format("{}: state '{}' is {}{} but parameter '{}' is f32{}", kind(), key,
-                                   to_string(t.dtype()), to_string(t.shape()), name, to_string(p->second)));
+      throw GraphError(fmt::format("{}: state {} is {}{} but its parameter is f32{}", kind(), io::in_quotes(key, 60),
+                                   to_string(t.dtype()), io::cut(to_string(t.shape()), 40),
+                                   io::cut(to_string(p->second), 40)));
   }
   // After a step every parameter has every buffer.
   if (steps > 0)
     for (auto& [name, shape] : params)
       for (const std::string& prefix : prefixes)
         if (!s.count(prefix + "." + name))
-          throw GraphError(fmt::format("{}: state at step {} is missing '{}.{}' for parameter '{}' {} (is it another "
-                                       "optimizer's state?)", kind(), steps, prefix, name, name, to_string(shape)));
+          throw GraphError(fmt::format("{}: state at step {} is missing {} for parameter {} (is it another "
+                                       "optimizer's state?)", kind(), steps, io::in_quotes(prefix + "." + name, 60),
+                                       io::cut(to_string(shape), 40)));
   set_buffers(s);
   t_ = steps;
 }

@@ -11,6 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/json_object.h"
+#include "io/message.h"
+
 namespace gg::train {
 
 Series* series(std::vector<Series>& curves, const std::string& name) {
@@ -53,6 +56,56 @@ void restore_rngs(const std::string& text, const std::string& path, const std::v
     if (!(s >> *g)) break;
   if (!s || !(s >> std::ws).eof())
     throw InputError(fmt::format("{}: the RNG state is damaged (expected {} mt19937_64 states)", path, gens.size()));
+}
+
+namespace {
+// The first place where JSON values a and b differ: its path ("n_embd", "[1].options.n_embd";
+// "" for the values themselves) and the two values there.
+struct JsonDiff {
+  std::string path;
+  const nlohmann::json* a;
+  const nlohmann::json* b;
+};
+JsonDiff first_difference(const nlohmann::json& a, const nlohmann::json& b, const std::string& path) {
+  static const nlohmann::json none;  // null: a key or element one side lacks
+  if (a.is_object() && b.is_object()) {
+    for (auto& [k, v] : a.items()) {
+      const std::string at = path.empty() ? k : path + "." + k;
+      if (!b.contains(k)) return {at, &v, &none};
+      if (v != b.at(k)) return first_difference(v, b.at(k), at);
+    }
+    for (auto& [k, v] : b.items())
+      if (!a.contains(k)) return {path.empty() ? k : path + "." + k, &none, &v};
+  } else if (a.is_array() && b.is_array()) {
+    for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+      const std::string at = fmt::format("{}[{}]", path, i);
+      if (i >= a.size()) return {at, &none, &b[i]};
+      if (i >= b.size()) return {at, &a[i], &none};
+      if (a[i] != b[i]) return first_difference(a[i], b[i], at);
+    }
+  }
+  return {path, &a, &b};
+}
+std::string shown(const nlohmann::json& v) { return v.is_null() ? "(none)" : io::cut(v.dump(), 30); }
+}  // namespace
+
+std::string model_difference(const std::string& saved_kind, const std::string& saved, const std::string& kind,
+                             const std::string& now) {
+  if (saved_kind != kind)
+    return fmt::format("holds model {}, this run builds {}", io::in_quotes(saved_kind, 30), io::in_quotes(kind, 30));
+  // The saved text is outside data: read strictly, nested at most 64 deep (which keeps the
+  // recursion below shallow), before the JSON library parses it.
+  try {
+    io::parse_json_object(saved, "model options", 64);
+  } catch (const io::Error&) {
+    return fmt::format("holds model options that are not valid JSON ({} bytes)", io::with_commas(saved.size()));
+  }
+  const nlohmann::json a = nlohmann::json::parse(saved, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json b = nlohmann::json::parse(now, nullptr, /*allow_exceptions=*/false);
+  if (a == b) return "holds model options that differ from this run's only in how they are written";
+  const JsonDiff d = first_difference(a, b, "");
+  if (d.path.empty()) return fmt::format("has model options {}, this run {}", shown(a), io::cut(now, 30));
+  return fmt::format("has model option {} = {}, this run {}", io::cut(d.path, 40), shown(*d.a), shown(*d.b));
 }
 
 void check_schedule(const TrainOptions& o) {

@@ -23,6 +23,12 @@ void restore_rngs(const std::string& text, const std::string& path, std::mt19937
 std::string rngs_text(const std::vector<const std::mt19937_64*>& gens);
 void restore_rngs(const std::string& text, const std::string& path, const std::vector<std::mt19937_64*>& gens);
 
+// How a checkpoint's model (kind `saved_kind`, options JSON `saved`) differs from this run's,
+// in a bounded phrase for a refusal: "holds model 'vit', this run builds 'gpt'" or "has model
+// option n_embd = 64, this run 32" (the first differing key; values and names cut short).
+std::string model_difference(const std::string& saved_kind, const std::string& saved, const std::string& kind,
+                             const std::string& now);
+
 // Throws InputError unless `schedule` names a built-in schedule and no lr_schedule is given,
 // or another name and an lr_schedule.
 void check_schedule(const TrainOptions& o);

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <tuple>
 
+#include "io/message.h"
 #include "train/checkpoint.h"
 #include "train/distributed.h"
 #include "train/progress.h"
@@ -121,12 +123,13 @@ std::int64_t Session::start(const std::map<std::string, Batch>& examples) {
 
 void Session::resume() {
   Checkpoint ck = load_checkpoint(ck_path_);
+  const std::string where = io::cut(ck_path_, 80);  // the path as messages show it
   const std::string want = parts_json();
   if (ck.model_kind != "session" || ck.model_options != want)
-    throw InputError(fmt::format("{}: the checkpoint holds {} {} but this session has {}", ck_path_, ck.model_kind,
-                                 ck.model_options.substr(0, 80), want.substr(0, 80)));
+    throw InputError(fmt::format("{}: the checkpoint {}; the models cannot change on resume", where,
+                                 model_difference(ck.model_kind, ck.model_options, "session", want)));
   if (ck.step > o_.steps)
-    throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond the session's {} steps", ck_path_, ck.step,
+    throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond the session's {} steps", where, ck.step,
                                  o_.steps));
   // train_options: a line "<part>\t<json>" per part.
   std::map<std::string, std::string> saved_options;
@@ -141,15 +144,17 @@ void Session::resume() {
   for (auto& p : parts_) {
     auto it = saved_options.find(p->name);
     if (it == saved_options.end())
-      throw InputError(fmt::format("{}: the checkpoint has no options for part '{}'", ck_path_, p->name));
+      throw InputError(fmt::format("{}: the checkpoint has no options for part {}", where, io::in_quotes(p->name, 40)));
     TrainOptions saved;
-    read_json(it->second, fmt::format("{} (part '{}')", ck_path_, p->name), {bind(saved)});
-    if (saved.optimizer != p->o.optimizer || saved.schedule != p->o.schedule || saved.groups != p->o.groups)
-      throw InputError(fmt::format("{}: part '{}' was trained with {}, schedule '{}', groups '{}'; this run asks for {}, "
-                                   "'{}', '{}'", ck_path_, p->name, saved.optimizer, saved.schedule.substr(0, 30),
-                                   saved.groups.substr(0, 40), p->o.optimizer, p->o.schedule.substr(0, 30),
-                                   p->o.groups.substr(0, 40)));
-    load_params(p->m->params(), ck.params, p->m->param_table(), ck_path_, /*allow_extra=*/true);
+    read_json(it->second, fmt::format("{} (part {})", where, io::in_quotes(p->name, 40)), {bind(saved)});
+    for (auto [what, then, now] : {std::tuple{"optimizer", saved.optimizer, p->o.optimizer},
+                                   std::tuple{"schedule", saved.schedule, p->o.schedule},
+                                   std::tuple{"groups", saved.groups, p->o.groups}})
+      if (then != now)
+        throw InputError(fmt::format("{}: part {} was trained with {} {}, this run asks for {}; it cannot change on "
+                                     "resume", where, io::in_quotes(p->name, 40), what, io::in_quotes(then, 40),
+                                     io::in_quotes(now, 40)));
+    load_params(p->m->params(), ck.params, p->m->param_table(), where, /*allow_extra=*/true);
     std::map<std::string, Tensor> state;
     const std::string prefix = p->name + "/";
     for (auto& [k, t] : ck.optim_state)
@@ -161,11 +166,11 @@ void Session::resume() {
     try {
       p->opt->load_state(state, ck.step, trained);
     } catch (const std::exception& e) {
-      throw InputError(fmt::format("{}: part '{}': {}", ck_path_, p->name, e.what()));
+      throw InputError(fmt::format("{}: part {}: {}", where, io::in_quotes(p->name, 40), e.what()));
     }
     gens.push_back(&p->m->rng());
   }
-  restore_rngs(ck.rng_state, ck_path_, gens);
+  restore_rngs(ck.rng_state, where, gens);
   curves_ = ck.curves;
   start_ = ck.step;
   if (out_) fmt::print(out_, "resuming {} at step {}\n", ck_path_, ck.step);

@@ -67,32 +67,32 @@ class Run {
   // Parameters, optimizer state, generators and curves from the checkpoint; returns its step.
   std::int64_t resume() {
     Checkpoint ck = load_checkpoint(ck_path_);
+    const std::string at = io::cut(ck_path_, 80);  // the path as messages show it
     if (ck.model_kind != m_.kind() || ck.model_options != m_.options_json())
-      throw InputError(fmt::format("{}: the checkpoint holds model '{}' {} but this run builds '{}' {}", ck_path_,
-                                   ck.model_kind, ck.model_options.substr(0, 120), m_.kind(),
-                                   m_.options_json().substr(0, 120)));
+      throw InputError(fmt::format("{}: the checkpoint {}; the model cannot change on resume", at,
+                                   model_difference(ck.model_kind, ck.model_options, m_.kind(), m_.options_json())));
     if (ck.optimizer != o_.optimizer)
-      throw InputError(fmt::format("{}: the checkpoint was trained with {}, not {}", ck_path_, ck.optimizer, o_.optimizer));
+      throw InputError(fmt::format("{}: the checkpoint was trained with {}, not {}", at, ck.optimizer, o_.optimizer));
     if (ck.step > o_.steps)
-      throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond --steps {}", ck_path_, ck.step, o_.steps));
+      throw InputError(fmt::format("{}: the checkpoint is at step {}, beyond --steps {}", at, ck.step, o_.steps));
     TrainOptions saved;
-    read_json(ck.train_options, ck_path_ + " (train_options)", {bind(saved)});
+    read_json(ck.train_options, at + " (train_options)", {bind(saved)});
     if (saved.schedule != o_.schedule)
-      throw InputError(fmt::format("{}: the checkpoint was trained with schedule '{}', this run asks for '{}'", ck_path_,
-                                   saved.schedule.substr(0, 60), o_.schedule.substr(0, 60)));
+      throw InputError(fmt::format("{}: the checkpoint was trained with schedule '{}', this run asks for '{}'", at,
+                                   io::cut(saved.schedule, 40), io::cut(o_.schedule, 40)));
     if (saved.groups != o_.groups)
-      throw InputError(fmt::format("{}: the checkpoint's parameter groups are '{}', this run's '{}'; groups cannot "
-                                   "change on resume (start a new run from its weights)", ck_path_,
-                                   saved.groups.substr(0, 60), o_.groups.substr(0, 60)));
-    load_params(m_.params(), ck.params, m_.param_table(), ck_path_);
+      throw InputError(fmt::format("{}: the checkpoint's parameter groups are {}, this run's {}; groups cannot "
+                                   "change on resume (start a new run from its weights)", at,
+                                   io::in_quotes(saved.groups, 40), io::in_quotes(o_.groups, 40)));
+    load_params(m_.params(), ck.params, m_.param_table(), at);
     ParamShapes trained = param_shapes(m_.params());
     for (const std::string& name : frozen_) trained.erase(name);
     try {
       optim_->load_state(ck.optim_state, ck.step, trained);
     } catch (const std::exception& e) {  // the optimizer names the state; this names the file
-      throw InputError(fmt::format("{}: {}", ck_path_, e.what()));
+      throw InputError(fmt::format("{}: {}", at, e.what()));
     }
-    restore_rngs(ck.rng_state, ck_path_, rng_, m_.rng());
+    restore_rngs(ck.rng_state, at, rng_, m_.rng());
     if (saved.steps != o_.steps || saved.warmup != o_.warmup || saved.lr != o_.lr || saved.min_lr != o_.min_lr)
       say("note: the learning-rate schedule changes on resume: the checkpoint's is steps {} warmup {} lr {} "
                        "min_lr {}, this run's steps {} warmup {} lr {} min_lr {}\n",
@@ -139,7 +139,8 @@ class Run {
         b = data_.train(rng_);
         model_rng = m_.rng();
         const bool last = k + 1 == o_.accum;
-        loss += dp_->weight(b) * dp_->step(b, last, last && o_.accum > 1 ? &sums_ : nullptr, 1.f / float(o_.accum));
+        const double share_loss = dp_->step(b, last, last && o_.accum > 1 ? &sums_ : nullptr, 1.f / float(o_.accum));
+        loss += dp_->step_weight() * share_loss;
         items_ += batch_items(data_, b);
         if (!last) accumulate(m_.grads(), k);
       }

@@ -225,7 +225,7 @@ TEST_CASE("training: bad --resume and bad data are refused before training") {
   run(o);
   // A checkpoint of another model or optimizer.
   r.model.n_embd = 32;
-  CHECK(error_of(r).find("but this run builds 'gpt'") != std::string::npos);
+  CHECK(error_of(r).find("has model option n_embd = 16, this run 32") != std::string::npos);
   r = o;
   r->resume = true;
   r->optimizer = "sgd";

@@ -146,7 +146,7 @@ TEST_CASE("fit: resume is bit-exact; another model's checkpoint is refused") {
   // A model with other options cannot resume this checkpoint.
   train::Model wide = mlp(32);
   const std::string e = error_of([&] { quiet_fit(wide, source(), more); });
-  CHECK(contains(e, "holds model 'mlp' {\"hidden\": 16} but this run builds 'mlp' {\"hidden\": 32}"));
+  CHECK(contains(e, "has model option hidden = 16, this run 32; the model cannot change on resume"));
 }
 
 TEST_CASE("fit: a diverging run stops, keeps the last good checkpoint and writes its curves") {

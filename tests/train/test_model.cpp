@@ -118,7 +118,7 @@ TEST_CASE("Model: mistakes in the build function or the batch are one-line error
   }
 }
 
-TEST_CASE("load_params lists every missing, unexpected and mis-shaped tensor, counted past a few") {
+TEST_CASE("load_params names the missing, unexpected and mis-shaped tensors, counted past a few") {
   const std::vector<train::ParamInfo> table = {{"a", {2}}, {"b", {3, 4}}, {"c", {1}}};
   std::map<std::string, Tensor> t{{"a", Tensor({2})}, {"b", Tensor({4, 3})}, {"z", Tensor({1})}};
   for (int i = 0; i < 20; ++i) t.emplace("extra." + std::to_string(i), Tensor({1}));
@@ -127,8 +127,8 @@ TEST_CASE("load_params lists every missing, unexpected and mis-shaped tensor, co
   CHECK(contains(e, "w.safetensors: the tensors do not match the model's parameters"));
   CHECK(contains(e, "missing [c]"));
   CHECK(contains(e, "mis-shaped [b is f32(4, 3) but the model needs f32(3, 4)]"));
-  CHECK(contains(e, "and 17 more]"));  // 21 unexpected: four named, the rest counted
-  CHECK(e.size() < 400);
+  CHECK(contains(e, "and 18 more]"));  // 21 unexpected: three named, the rest counted
+  CHECK(e.size() <= 280);
   CHECK(ps.all().empty());  // nothing loaded from a file that does not fit
   t.erase("z");
   for (int i = 0; i < 20; ++i) t.erase("extra." + std::to_string(i));

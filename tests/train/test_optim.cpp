@@ -288,17 +288,15 @@ TEST_CASE("load_state is checked against the parameters: kind, keys, shapes, ste
     CHECK(contains(msg, "adamw"));
     // Plain SGD's state (no tensors) at step 1000: AdamW misses its moments.
     msg = error_of([&] { a2.load_state(plain.state(), 1000, shapes); });
-    CHECK(contains(msg, "adam_m.b"));
-    CHECK(contains(msg, "'b'"));
+    CHECK(contains(msg, "'adam_m.b'"));
     CHECK(contains(msg, "missing"));
   }
-  SUBCASE("a moment of the wrong shape names the parameter, the key and both shapes") {
+  SUBCASE("a moment of the wrong shape names the key (so the parameter) and both shapes") {
     auto s = adam.state();
     s["adam_v.w"] = Tensor({4});
     AdamW a2;
     std::string msg = error_of([&] { a2.load_state(s, 2, shapes); });
-    CHECK(contains(msg, "adam_v.w"));
-    CHECK(contains(msg, "'w'"));
+    CHECK(contains(msg, "'adam_v.w'"));
     CHECK(contains(msg, "(4,)"));
     CHECK(contains(msg, "(2, 2)"));
   }
