@@ -343,7 +343,7 @@ std::string short_parse_message(const std::string& msg) {
     word.clear();
   };
   for (char ch : msg) {
-    if (ch == '\n' || ch == ' ') {
+    if (ch == '\n' || ch == '\r' || ch == ' ') {
       flush();
       out += ' ';
     } else {
@@ -474,10 +474,10 @@ int run(int argc, const char* const* argv, std::string& error, bool check_only) 
     // CLI11 reports a misspelled subcommand or option before any subcommand only as
     // "A subcommand is required": name it.
     if (c.app.get_subcommands().empty() && !c.app.remaining().empty()) {
-      const std::string first = io::cut(c.app.remaining().front(), 40);
-      msg = first.rfind("-", 0) == 0
-                ? fmt::format("unknown option '{}'", first)
-                : fmt::format("unknown subcommand '{}' (expected train, train-vit, train-seq2seq, sample, grad, replay, "
+      const std::string first = io::in_quotes(c.app.remaining().front(), 40);
+      msg = c.app.remaining().front().rfind("-", 0) == 0
+                ? fmt::format("unknown option {}", first)
+                : fmt::format("unknown subcommand {} (expected train, train-vit, train-seq2seq, sample, grad, replay, "
                               "inspect, gradcheck, hvp, attention or bench)", first);
     }
     error = fmt::format("{} (see --help)", short_parse_message(msg));

@@ -13,7 +13,8 @@
 namespace gg::io {
 
 // `s` if it has at most `max` bytes; otherwise its first `max` bytes (never splitting a
-// UTF-8 sequence) followed by "... (N bytes)". The result has at most max + 32 bytes.
+// UTF-8 sequence) followed by "... (N bytes)"; control bytes and DEL written as \xNN, so the
+// message stays on one line. The result has at most max * 4 + 32 bytes.
 std::string cut(std::string_view s, std::size_t max = 80);
 
 // 'cut(s)' in single quotes, with control bytes, DEL, the quote and the backslash written

@@ -1,4 +1,5 @@
 // The digits loader and the fixed split.
+#include "io/message.h"
 #include "models/digits.h"
 
 #include "io/read_file.h"
@@ -56,7 +57,7 @@ Digits load_digits(const std::string& path) {
       int v = 0;
       auto [end, err] = std::from_chars(f.data(), f.data() + f.size(), v);
       if (f.empty() || err != std::errc{} || end != f.data() + f.size())
-        throw bad(fmt::format("field {} is '{}', not an integer", i + 1, f.substr(0, 20)));
+        throw bad(fmt::format("field {} is '{}', not an integer", i + 1, io::cut(f, 20)));
       const bool label = i == Digits::pixels;
       const int hi = label ? 9 : 16;
       if (v < 0 || v > hi)

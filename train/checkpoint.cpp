@@ -60,17 +60,17 @@ Checkpoint load_checkpoint(const std::string& path) {
   };
   const std::string format = meta("format");
   if (format != kFormat)
-    throw InputError(fmt::format("{}: checkpoint format '{}' is not '{}'", at, format.substr(0, 60), kFormat));
+    throw InputError(fmt::format("{}: checkpoint format '{}' is not '{}'", at, io::cut(format, 60), kFormat));
   Checkpoint ck;
   ck.model_kind = meta("model");
   ck.model_options = meta("model_options");
   ck.optimizer = meta("optimizer");
   if (ck.optimizer != "adamw" && ck.optimizer != "sgd")
-    throw InputError(fmt::format("{}: optimizer '{}' is neither adamw nor sgd", at, ck.optimizer.substr(0, 60)));
+    throw InputError(fmt::format("{}: optimizer '{}' is neither adamw nor sgd", at, io::cut(ck.optimizer, 60)));
   const std::string step = meta("step");
   auto [end, ec] = std::from_chars(step.data(), step.data() + step.size(), ck.step);
   if (ec != std::errc{} || end != step.data() + step.size() || step.empty() || ck.step < 0)
-    throw InputError(fmt::format("{}: step '{}' is not a whole number >= 0", at, step.substr(0, 40)));
+    throw InputError(fmt::format("{}: step '{}' is not a whole number >= 0", at, io::cut(step, 40)));
   ck.train_options = meta("train_options");
   ck.rng_state = meta("rng");
   for (auto& [k, v] : f.metadata)

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/json_object.h"
+#include "io/message.h"
 #include "io/read_file.h"
 #include "ops/ir/graph.h"
 
@@ -17,11 +18,8 @@ namespace gg::train {
 using nlohmann::json;
 
 namespace {
-// A value cut short for a message.
-std::string cut(std::string s, std::size_t max = 60) {
-  if (s.size() > max) s = s.substr(0, max) + "...";
-  return s;
-}
+// A value echoed in a message: cut short, on one line.
+std::string cut(const std::string& s, std::size_t max = 60) { return io::cut(s, max); }
 std::string number_text(double v) {
   if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{}", std::int64_t(v));
   return fmt::format("{}", v);

@@ -112,10 +112,10 @@ void check_schedule(const TrainOptions& o) {
   const bool builtin = o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant";
   if (!builtin && !o.lr_schedule)
     throw InputError(fmt::format("training options: key 'schedule': '{}' is none of cosine, linear, constant, and no "
-                                 "lr_schedule function is given", o.schedule.substr(0, 60)));
+                                 "lr_schedule function is given", io::cut(o.schedule, 60)));
   if (builtin && o.lr_schedule)
     throw InputError(fmt::format("training options: key 'schedule': an lr_schedule function needs a name of its own, "
-                                 "not '{}'", o.schedule));
+                                 "not '{}'", io::cut(o.schedule, 60)));
 }
 
 std::vector<std::string> apply_groups(Model& m, Optimizer& optim, const TrainOptions& o) {
@@ -137,7 +137,7 @@ std::vector<std::string> apply_groups(Model& m, Optimizer& optim, const TrainOpt
       for (const ParamInfo& p : m.param_table()) names.push_back(p.name);
       names.resize(std::min<std::size_t>(names.size(), 4));
       throw InputError(fmt::format("training options: key 'groups': pattern '{}' matches no parameter (the model has "
-                                   "{}{})", groups[k].pattern.substr(0, 60), fmt::join(names, ", "),
+                                   "{}{})", io::cut(groups[k].pattern, 60), fmt::join(names, ", "),
                                    m.param_table().size() > 4 ? ", ..." : ""));
     }
   if (frozen.size() == m.param_table().size())
@@ -248,7 +248,7 @@ std::string divergence_cause(Model& m, const Batch& b, const std::mt19937_64& mo
       inf += std::isinf(t.f()[i]);
     }
     if (nan + inf > 0)
-      return fmt::format("the batch's tensor '{}' holds {} NaN and {} Inf", name.substr(0, 40), nan, inf);
+      return fmt::format("the batch's tensor '{}' holds {} NaN and {} Inf", io::cut(name, 40), nan, inf);
   }
   std::string found;
   const std::mt19937_64 after = m.rng();

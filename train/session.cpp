@@ -50,13 +50,13 @@ Session::Part& Session::part(const std::string& name) {
     if (p->name == name) return *p;
   std::vector<std::string> names;
   for (auto& p : parts_) names.push_back(p->name);
-  throw InputError(fmt::format("session: no part '{}' (the parts are {})", name.substr(0, 60), fmt::join(names, ", ")));
+  throw InputError(fmt::format("session: no part '{}' (the parts are {})", io::cut(name, 60), io::count_list(names, 6)));
 }
 
 void Session::add(const std::string& name, Model& m, TrainOptions o) {
-  if (started_) throw InputError(fmt::format("session: part '{}' added after start()", name.substr(0, 60)));
+  if (started_) throw InputError(fmt::format("session: part '{}' added after start()", io::cut(name, 60)));
   if (name.empty() || name.find_first_of("/\t\n") != std::string::npos)
-    throw InputError(fmt::format("session: part name '{}' is empty or holds '/', a tab or a newline", name.substr(0, 60)));
+    throw InputError(fmt::format("session: part name '{}' is empty or holds '/', a tab or a newline", io::cut(name, 60)));
   for (auto& p : parts_)
     if (p->name == name) throw InputError(fmt::format("session: part '{}' is added twice", name));
   o.steps = o_.steps;
@@ -96,7 +96,7 @@ std::int64_t Session::start(const std::map<std::string, Batch>& examples) {
       auto [it, fresh] = owner.emplace(pi.name, p->m);
       if (!fresh && it->second != p->m && !p->m->shares_params_with(*it->second))
         throw InputError(fmt::format("session: two models declare parameter '{}' in stores of their own; share them "
-                                     "(Model::share_params) or rename one", pi.name.substr(0, 60)));
+                                     "(Model::share_params) or rename one", io::cut(pi.name, 60)));
     }
     p->frozen = apply_groups(*p->m, *p->opt, p->o);
   }
@@ -187,7 +187,7 @@ double Session::step(const std::string& name, std::int64_t step, const Batch& b)
     write_curves(o_.out_dir, info_.title, curves_);
     const bool have_ck = std::filesystem::exists(ck_path_);
     const std::string why = divergence_cause(*p.m, b, model_rng, p.o.detect_anomaly);
-    throw Diverged(fmt::format("session part '{}' diverged at step {}: the {} is {}; {}; {}", p.name.substr(0, 40),
+    throw Diverged(fmt::format("session part '{}' diverged at step {}: the {} is {}; {}; {}", io::cut(p.name, 40),
                                step + 1, std::isfinite(loss) ? "gradient norm" : "loss",
                                std::isnan(loss) || std::isnan(norm) ? NAN : std::isfinite(loss) ? norm : loss, why,
                                have_ck ? "the last good checkpoint is kept" : "no checkpoint was written before it"),

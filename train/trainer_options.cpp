@@ -1,5 +1,6 @@
 // The trainer's option table, its parameter groups' text, the optimizer a run asks for and
 // the evaluation over validation batches.
+#include "io/message.h"
 #include "train/trainer.h"
 
 #include <fmt/format.h>
@@ -134,7 +135,7 @@ bool glob_match(const std::string& pattern, const std::string& name) {
 
 std::vector<ParamGroup> parse_groups(const std::string& text) {
   std::vector<ParamGroup> groups;
-  auto cut = [](const std::string& x) { return x.size() > 60 ? x.substr(0, 60) + "..." : x; };
+  auto cut = [](const std::string& x) { return io::cut(x, 60); };
   std::size_t start = 0;
   while (start <= text.size() && !text.empty()) {
     const std::size_t end = std::min(text.find(';', start), text.size());
