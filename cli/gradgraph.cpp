@@ -480,6 +480,23 @@ int run(int argc, const char* const* argv, std::string& error, bool check_only) 
                 : fmt::format("unknown subcommand {} (expected train, train-vit, train-seq2seq, sample, grad, replay, "
                               "inspect, gradcheck, hvp, attention or bench)", first);
     }
+    // An unknown flag: named, with the closest flag of its command.
+    if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+      std::vector<const CLI::App*> levels{&c.app};
+      if (!c.app.get_subcommands().empty()) levels.insert(levels.begin(), c.app.get_subcommands().front());
+      bool named = false;
+      for (const CLI::App* level : levels)
+        for (const std::string& arg : level->remaining(/*recurse=*/false))
+          if (!named && arg.rfind("--", 0) == 0) {
+            std::vector<std::string> flags;
+            for (const CLI::Option* o : level->get_options())
+              if (!o->get_lnames().empty()) flags.push_back("--" + o->get_lnames()[0]);
+            const std::string name = arg.substr(0, arg.find('='));
+            msg = fmt::format("{}: unknown option {}{}", level == &c.app ? "gradgraph" : level->get_name(),
+                              io::in_quotes(name, 40), did_you_mean(name, flags));
+            named = true;
+          }
+    }
     error = fmt::format("{} (see --help)", short_parse_message(msg));
     return 2;
   }

@@ -142,3 +142,19 @@ TEST_CASE("bad input, newer commands: a diverging run's last good checkpoint has
       CHECK(std::isfinite(s.y.back()));
     }
 }
+
+TEST_CASE("bad input: an unknown flag is named with the closest flag of its command") {
+  struct Case {
+    std::string args, says;
+  };
+  for (const Case& c : std::vector<Case>{{"train --lrr 3", "train: unknown option '--lrr'; did you mean '--lr'?"},
+                                         {"sample --checkpoint x --temprature 3", "did you mean '--temperature'?"},
+                                         {"--thread 2 train", "gradgraph: unknown option '--thread'; did you mean '--threads'?"},
+                                         {"bench --ab-step=20", "did you mean '--ab-steps'?"}}) {
+    const Result r = run(c.args, 20, 2048);
+    INFO("args: " << c.args << "\nstderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err_lines() == 1);
+    CHECK(contains(r.err, c.says));
+  }
+}
