@@ -15,6 +15,7 @@
 #include "ops/passes/fuse.h"
 #include "ops/ir/graph.h"
 #include "ops/ir/op_rule.h"
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/peak.h"
 #include "ops/ir/shape.h"
 #include "ops/passes/remat.h"

@@ -44,6 +44,8 @@ const Entry kEntries[] = {
      GG_ENV_SWITCH(steal)},
     {"GG_SPLIT_DEPTH", "1", "0: weight gradients x^T @ dy summed in one piece instead of two halves (other bits)",
      GG_ENV_SWITCH(split_depth)},
+    {"GG_BF16_NATIVE", "1", "0: bf16 products take the emulated path even where the CPU has AVX512_BF16 (same bits)",
+     GG_ENV_SWITCH(bf16_native)},
     {"GG_SHARES", "1", "0: threads get equal shares of a job instead of shares learned from their speed",
      GG_ENV_SWITCH(shares)},
     {"GG_NUM_THREADS", "all cores", "N: worker threads (as --threads N); by default the cores, shared among the ranks mpirun starts on the host",

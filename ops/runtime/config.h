@@ -17,6 +17,9 @@ struct EnvConfig {
   bool detect_anomaly = false;  // GG_DETECT_ANOMALY: on when set to anything but "" or "0"
   // Kernels and threads: on unless the variable is "0".
   bool steal = true, split_depth = true, shares = true;
+  // GG_BF16_NATIVE: bf16 products use AVX512_BF16 where the CPU has it, unless "0" (then the
+  // emulated path, same rounding and order, for testing it on any machine).
+  bool bf16_native = true;
   int num_threads = 0;  // GG_NUM_THREADS: 0 when unset or below 1 (then: hardware concurrency)
   // Processes an MPI launcher started on this host (OMPI_COMM_WORLD_LOCAL_SIZE or
   // MPI_LOCALNRANKS; 1 without one): the default thread count is the cores shared among them.

@@ -1,0 +1,149 @@
+// bf16 at the leaves (ops/cpu/bf16.h): the rounding, and the product with bf16 operands and
+// f32 sums on both paths: against a double reference of the rounded operands within the
+// bound of f32 sums, and the native path (where the CPU has AVX512_BF16) against the
+// emulated one bit for bit.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ops/cpu/bf16.h"
+
+using namespace gg;
+
+namespace {
+std::uint32_t bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+float from_bits(std::uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+}  // namespace
+
+TEST_CASE("bf16: rounding to nearest even, infinities and NaN kept") {
+  CHECK(to_bf16(1.0f) == 0x3f80);
+  CHECK(to_bf16(-2.0f) == 0xc000);
+  CHECK(to_bf16(from_bits(0x3f808000)) == 0x3f80);  // a tie: to the even 0x3f80
+  CHECK(to_bf16(from_bits(0x3f818000)) == 0x3f82);  // a tie: to the even 0x3f82
+  CHECK(to_bf16(from_bits(0x3f808001)) == 0x3f81);  // above the tie: up
+  CHECK(to_bf16(from_bits(0x3f807fff)) == 0x3f80);  // below it: down
+  CHECK(to_bf16(std::numeric_limits<float>::infinity()) == 0x7f80);
+  CHECK(to_bf16(-std::numeric_limits<float>::infinity()) == 0xff80);
+  CHECK(to_bf16(std::numeric_limits<float>::max()) == 0x7f80);  // rounds past the largest bf16
+  CHECK(std::isnan(from_bf16(to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  CHECK(std::isnan(from_bf16(to_bf16(from_bits(0x7f800001)))));  // a NaN whose payload would round to infinity
+  // 8 significant bits: a rounding is off by at most half an ulp, 2^-8 of the value.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.f, 10.f);
+  for (int i = 0; i < 10000; ++i) {
+    const float x = d(rng);
+    CHECK(std::fabs(round_bf16(x) - x) <= std::ldexp(std::fabs(x), -8));
+  }
+}
+
+namespace {
+struct Case {
+  bool ta, tb;
+  std::int64_t M, N, K;
+  float alpha, beta;
+};
+
+// Row-major operands for op(A) (M, K) and op(B) (K, N), a C to add to.
+struct Operands {
+  std::vector<float> A, B, C;
+  std::int64_t lda, ldb, ldc;
+};
+Operands make(const Case& c, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  Operands o;
+  o.lda = (c.ta ? c.M : c.K) + 3;
+  o.ldb = (c.tb ? c.K : c.N) + 1;
+  o.ldc = c.N + 2;
+  o.A.resize(std::size_t((c.ta ? c.K : c.M) * o.lda));
+  o.B.resize(std::size_t((c.tb ? c.N : c.K) * o.ldb));
+  o.C.resize(std::size_t(c.M * o.ldc));
+  for (float& x : o.A) x = d(rng);
+  for (float& x : o.B) x = d(rng);
+  for (float& x : o.C) x = d(rng);
+  return o;
+}
+const std::vector<Case> cases = {
+    {false, false, 1, 1, 1, 1.f, 0.f},     {false, false, 8, 32, 64, 1.f, 0.f},  {false, true, 13, 45, 77, 0.5f, 1.f},
+    {true, false, 9, 17, 33, 1.f, 0.25f},  {true, true, 30, 70, 129, -1.f, 0.f}, {false, false, 64, 64, 256, 1.f, 1.f},
+    {false, true, 3, 100, 2, 2.f, 0.f},    {true, false, 100, 3, 300, 1.f, 0.f}};
+}  // namespace
+
+TEST_CASE("bf16 product: the emulated path against a double reference of the rounded operands") {
+  for (const Case& c : cases) {
+    Operands o = make(c, 7);
+    std::vector<float> C = o.C;
+    gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, C.data(), o.ldc,
+              Bf16Path::emulated);
+    double worst = 0;
+    for (std::int64_t m = 0; m < c.M; ++m)
+      for (std::int64_t n = 0; n < c.N; ++n) {
+        double sum = 0, mag = 0;
+        for (std::int64_t k = 0; k < c.K; ++k) {
+          const double a = round_bf16(c.ta ? o.A[std::size_t(k * o.lda + m)] : o.A[std::size_t(m * o.lda + k)]);
+          const double b = round_bf16(c.tb ? o.B[std::size_t(n * o.ldb + k)] : o.B[std::size_t(k * o.ldb + n)]);
+          sum += a * b;
+          mag += std::fabs(a * b);
+        }
+        const double want = c.alpha * sum + c.beta * o.C[std::size_t(m * o.ldc + n)];
+        // K sums of f32 each off by half an ulp of the running sum (<= mag), then alpha and beta.
+        const double bound = (double(c.K) + 3) * 0x1p-24 * (std::fabs(c.alpha) * mag + std::fabs(want)) + 1e-30;
+        worst = std::max(worst, std::fabs(C[std::size_t(m * o.ldc + n)] - want) / bound);
+      }
+    INFO("M " << c.M << " N " << c.N << " K " << c.K << " ta " << c.ta << " tb " << c.tb);
+    CHECK(worst <= 1.0);
+  }
+}
+
+TEST_CASE("bf16 product: the native path (AVX512_BF16) gives the emulated path's bits") {
+  if (!cpu_has_avx512_bf16()) {
+    MESSAGE("this CPU has no AVX512_BF16: only the emulated path runs here");
+    return;
+  }
+  for (const Case& c : cases)
+    for (std::uint32_t seed : {1u, 2u}) {
+      Operands o = make(c, seed);
+      std::vector<float> native = o.C, emulated = o.C;
+      gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, native.data(),
+                o.ldc, Bf16Path::native);
+      gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, emulated.data(),
+                o.ldc, Bf16Path::emulated);
+      std::int64_t differ = 0;
+      for (std::size_t i = 0; i < native.size(); ++i) differ += bits(native[i]) != bits(emulated[i]);
+      INFO("M " << c.M << " N " << c.N << " K " << c.K << " ta " << c.ta << " tb " << c.tb << " seed " << seed);
+      CHECK(differ == 0);
+    }
+}
+
+TEST_CASE("bf16 product: native and emulated agree where products and sums are denormal") {
+  if (!cpu_has_avx512_bf16()) return;
+  // Operands of 1e-19 and 1e-21 make products of 1e-38 to 1e-42, below the smallest normal
+  // f32 (1.2e-38): the instruction reads and writes those as zero, and so must the emulation.
+  for (float scale : {1e-19f, 1e-20f, 1e-21f, 1e-37f})
+    for (const Case& c : cases) {
+      Operands o = make(c, 11);
+      for (float& x : o.A) x *= scale;
+      for (float& x : o.B) x *= (scale < 1e-30f ? 1.f : scale);
+      std::vector<float> native = o.C, emulated = o.C;
+      gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, native.data(),
+                o.ldc, Bf16Path::native);
+      gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, emulated.data(),
+                o.ldc, Bf16Path::emulated);
+      std::int64_t differ = 0;
+      for (std::size_t i = 0; i < native.size(); ++i) differ += bits(native[i]) != bits(emulated[i]);
+      INFO("scale " << scale << " M " << c.M << " N " << c.N << " K " << c.K);
+      CHECK(differ == 0);
+    }
+}
