@@ -234,29 +234,35 @@ int run_attention(const DebugCommands& d) {
 
 }  // namespace
 
+namespace {
+// The options gradcheck and hvp share: the model, its weights and one batch, given or drawn
+// with --seed (`seed_help` says what else the seed draws); then `more` of the command's own.
+template <class S>
+std::vector<train::Option> model_and_batch(const std::string& seed_help, std::vector<train::Option> more = {}) {
+  using train::opt;
+  std::vector<train::Option> o;
+  o.push_back(opt("config", &S::config, "Model config JSON").must_give().reads_file());
+  o.push_back(opt("weights", &S::weights, "Weights (safetensors; default: the initializers with --seed)").reads_file());
+  o.push_back(opt("batch", &S::batch, "tokens and targets [B, T] (safetensors; default: random with --seed)").reads_file());
+  o.push_back(opt("batch_size", &S::batch_size, "Rows of the random batch").at_least(1).at_most(64));
+  o.push_back(opt("seed", &S::seed, seed_help));
+  for (train::Option& m : more) o.push_back(std::move(m));
+  return o;
+}
+}  // namespace
+
 const train::OptionTable<GradcheckOptions>& GradcheckOptions::table() {
   using train::opt;
   using G = GradcheckOptions;
-  static const train::OptionTable<G> t{{
-      opt("config", &G::config, "Model config JSON").must_give().reads_file(),
-      opt("weights", &G::weights, "Weights (safetensors; default: the initializers with --seed)").reads_file(),
-      opt("batch", &G::batch, "tokens and targets [B, T] (safetensors; default: random with --seed)").reads_file(),
-      opt("batch_size", &G::batch_size, "Rows of the random batch").at_least(1).at_most(64),
-      opt("seed", &G::seed, "Seed of the initial weights and the random batch"),
-      opt("samples", &G::samples, "Coordinates checked per parameter (plus its largest gradient)").at_least(1).at_most(1 << 20),
-      opt("rtol", &G::rtol, "Largest relative error accepted").above(0).at_most(1)}};
+  static const train::OptionTable<G> t{model_and_batch<G>(
+      "Seed of the initial weights and the random batch",
+      {opt("samples", &G::samples, "Coordinates checked per parameter (plus its largest gradient)").at_least(1).at_most(1 << 20),
+       opt("rtol", &G::rtol, "Largest relative error accepted").above(0).at_most(1)})};
   return t;
 }
 
 const train::OptionTable<HvpOptions>& HvpOptions::table() {
-  using train::opt;
-  using H = HvpOptions;
-  static const train::OptionTable<H> t{{
-      opt("config", &H::config, "Model config JSON").must_give().reads_file(),
-      opt("weights", &H::weights, "Weights (safetensors; default: the initializers with --seed)").reads_file(),
-      opt("batch", &H::batch, "tokens and targets [B, T] (safetensors; default: random with --seed)").reads_file(),
-      opt("batch_size", &H::batch_size, "Rows of the random batch").at_least(1).at_most(64),
-      opt("seed", &H::seed, "Seed of the weights, the batch and v")}};
+  static const train::OptionTable<HvpOptions> t{model_and_batch<HvpOptions>("Seed of the weights, the batch and v")};
   return t;
 }
 

@@ -75,6 +75,18 @@ Operands make(const Case& c, std::uint32_t seed) {
   for (float& x : o.C) x = d(rng);
   return o;
 }
+// How many results of the native path differ in their bits from the emulated path's.
+std::int64_t native_emulated_differ(const Case& c, const Operands& o) {
+  std::vector<float> native = o.C, emulated = o.C;
+  gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, native.data(), o.ldc,
+            Bf16Path::native);
+  gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, emulated.data(), o.ldc,
+            Bf16Path::emulated);
+  std::int64_t differ = 0;
+  for (std::size_t i = 0; i < native.size(); ++i) differ += bits(native[i]) != bits(emulated[i]);
+  return differ;
+}
+
 const std::vector<Case> cases = {
     {false, false, 1, 1, 1, 1.f, 0.f},     {false, false, 8, 32, 64, 1.f, 0.f},  {false, true, 13, 45, 77, 0.5f, 1.f},
     {true, false, 9, 17, 33, 1.f, 0.25f},  {true, true, 30, 70, 129, -1.f, 0.f}, {false, false, 64, 64, 256, 1.f, 1.f},
@@ -114,16 +126,8 @@ TEST_CASE("bf16 product: the native path (AVX512_BF16) gives the emulated path's
   }
   for (const Case& c : cases)
     for (std::uint32_t seed : {1u, 2u}) {
-      Operands o = make(c, seed);
-      std::vector<float> native = o.C, emulated = o.C;
-      gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, native.data(),
-                o.ldc, Bf16Path::native);
-      gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, emulated.data(),
-                o.ldc, Bf16Path::emulated);
-      std::int64_t differ = 0;
-      for (std::size_t i = 0; i < native.size(); ++i) differ += bits(native[i]) != bits(emulated[i]);
       INFO("M " << c.M << " N " << c.N << " K " << c.K << " ta " << c.ta << " tb " << c.tb << " seed " << seed);
-      CHECK(differ == 0);
+      CHECK(native_emulated_differ(c, make(c, seed)) == 0);
     }
 }
 
@@ -136,14 +140,7 @@ TEST_CASE("bf16 product: native and emulated agree where products and sums are d
       Operands o = make(c, 11);
       for (float& x : o.A) x *= scale;
       for (float& x : o.B) x *= (scale < 1e-30f ? 1.f : scale);
-      std::vector<float> native = o.C, emulated = o.C;
-      gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, native.data(),
-                o.ldc, Bf16Path::native);
-      gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, emulated.data(),
-                o.ldc, Bf16Path::emulated);
-      std::int64_t differ = 0;
-      for (std::size_t i = 0; i < native.size(); ++i) differ += bits(native[i]) != bits(emulated[i]);
       INFO("scale " << scale << " M " << c.M << " N " << c.N << " K " << c.K);
-      CHECK(differ == 0);
+      CHECK(native_emulated_differ(c, o) == 0);
     }
 }
