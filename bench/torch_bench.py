@@ -8,7 +8,7 @@ AdamW with fused=True or foreach=True when this torch takes them, clip_grad_norm
 own process (OpenBLAS reads its variables at load time).
 
 Run: /usr/bin/python3 bench/torch_bench.py --config C.json --batch B --seq T --steps N
-     [--warmup W] [--threads K]
+     [--warmup W] [--threads K] [--autocast-bf16]
 (W is a minimum: it warms up for at least 3 steps and until the steps stop speeding up.)
 Prints `torch_ms_per_step <median ms>`, `torch_warmup_steps <how many, their ms>`, `torch_peak_rss_kb <ru_maxrss>`,
 `openblas_core <the kernel OpenBLAS runs>`, `blas_library <the BLAS library torch loaded>` and
@@ -157,6 +157,9 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--autocast-bf16", action="store_true",
+                    help="forward and loss under torch.autocast('cpu', dtype=torch.bfloat16): bf16 products "
+                         "through oneDNN, f32 weights and optimizer (PyTorch's CPU mixed precision)")
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
@@ -170,7 +173,11 @@ def main():
     params = list(model.parameters())
     def step():
         t0 = time.perf_counter()
-        loss = model(x, y)
+        if a.autocast_bf16:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(x, y)
+        else:
+            loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -195,8 +202,9 @@ def main():
     print(f"openblas_core {openblas_core()}")
     print(f"blas_library {blas_library()}")
     attn = "F.scaled_dot_product_attention(is_causal=True)" if HAS_SDPA else "matmul + masked_fill + softmax (no SDPA in this torch)"
+    autocast = "; under torch.autocast('cpu', bfloat16)" if a.autocast_bf16 else ""
     print(f"torch_code torch {torch.__version__}: fused QKV nn.Linear, F.layer_norm, F.gelu, F.cross_entropy, {attn}, "
-          f"AdamW({opt_kind}), clip_grad_norm_; torch threads {torch.get_num_threads()}")
+          f"AdamW({opt_kind}), clip_grad_norm_; torch threads {torch.get_num_threads()}{autocast}")
 
 
 if __name__ == "__main__":

@@ -96,7 +96,8 @@ double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-FmaPeak print_peak(const std::string& cpu) {
+// The FMA peak, then the bf16 one (its all-threads GFLOPS in *bf16_gflops, 0 without AVX512_BF16).
+FmaPeak print_peak(const std::string& cpu, double* bf16_gflops = nullptr) {
   const FmaPeak p = measure_fma_peak();
   fmt::print("peak_gflops_per_core {:.1f} ({}; FMA probe: {} chains of {}-float FMAs, register-only, best of 10 runs of 50 ms)\n",
              p.per_core_gflops, cpu, p.chains, p.vector_floats);
@@ -114,6 +115,7 @@ FmaPeak print_peak(const std::string& cpu) {
     return p;
   }
   const Bf16Peak b = measure_bf16_peak();
+  if (bf16_gflops) *bf16_gflops = b.total_gflops;
   fmt::print("bf16_peak_gflops {:.1f} ({:.1f} a core; VDPBF16PS probe, 4 flops per f32 lane; {:.2f}x the FMA peak)\n",
              b.total_gflops, b.per_core_gflops, b.total_gflops / p.total_gflops);
   const std::int64_t M = 2048, K = 384, N = 1536;
@@ -227,9 +229,10 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
         if (cores == 1 && (tt != 1 || bt != 1)) continue;
         const std::string cmd = fmt::format(
             "env {} OPENBLAS_NUM_THREADS={} OMP_NUM_THREADS={} {} {} --config {} --batch {} --seq {} --steps {} "
-            "--warmup {} --threads {} 2>&1",
+            "--warmup {} --threads {}{} 2>&1",
             core.env, bt, tt, python, shell_quote(script), shell_quote(a.config), a.batch, T,
-            a.torch_steps > 0 ? a.torch_steps : a.steps, a.warmup, tt);
+            a.torch_steps > 0 ? a.torch_steps : a.steps, a.warmup, tt,
+            a.precision == "bf16" ? " --autocast-bf16" : "");
         auto [out, ok] = capture(cmd);
         TorchRun r;
         r.cmd = cmd;
@@ -399,6 +402,7 @@ int run_bench(const BenchCommand& a) {
   const models::StepFlops flops = models::gpt_step_flops(c, B, T);
 
   train::Model m = models::gpt_model(c);
+  m.set_bf16_products(a.precision == "bf16");
   std::mt19937_64 rng(0);
   std::vector<std::int32_t> x(std::size_t(B * T)), y(std::size_t(B * T));
   for (auto& v : x) v = std::int32_t(rng() % std::uint64_t(c.vocab_size));
@@ -429,7 +433,8 @@ int run_bench(const BenchCommand& a) {
              "position embeddings included; B*T = {} tokens; the attention term is QK^T and weights@V over the full "
              "T x T, forward (4*B*T*T*D per layer) and backward (twice that); matrix products only\n",
              flops.params, flops.tokens);
-  const FmaPeak peak = print_peak(cpu);
+  double bf16_peak = 0;
+  const FmaPeak peak = print_peak(cpu, &bf16_peak);
 
   // One training step as train/trainer.cpp takes it (constant lr; the schedule costs nothing).
   auto step = [&](double* fb_ms, bool optimizer = true) {
@@ -465,6 +470,12 @@ int run_bench(const BenchCommand& a) {
   const double ref = peak.reference_gflops() * world.size();  // every rank's threads, each rank measured as it ran
   fmt::print("fraction_of_peak {:.4g} ({:.1f}% of {:.1f} GFLOPS on {} threads; {})\n", gflops / ref, 100.0 * gflops / ref,
              ref, peak.threads, cpu);
+  if (a.precision == "bf16")
+    fmt::print("precision bf16: every product with bf16 operands and f32 sums, {}{}\n", bf16_path_name(),
+               bf16_peak > 0 ? fmt::format("; fraction_of_bf16_peak {:.4g} ({:.1f}% of {:.1f} GFLOPS)",
+                                           gflops / (bf16_peak * world.size()), 100.0 * gflops / (bf16_peak * world.size()),
+                                           bf16_peak * world.size())
+                             : "");
   const double rss = peak_rss_mib();
   fmt::print("peak_rss_mib {:.1f}{}\n", rss, dp ? " (rank 0)" : "");
   if (dp) {
@@ -553,7 +564,9 @@ const train::OptionTable<BenchCommand>& BenchCommand::table() {
        opt("torch_script", &B::torch_script,
            "The PyTorch peer script (default: bench/torch_bench.py in the source tree; when missing, the comparison "
            "is skipped with a note)"),
-       opt("python", &B::python, "The Python that runs the PyTorch peer (--compare-torch)")},
+       opt("python", &B::python, "The Python that runs the PyTorch peer (--compare-torch)"),
+       train::choice("precision", &B::precision, {{"f32", "f32"}, {"bf16", "bf16"}},
+                     "Matrix products in f32, or with bf16 operands and f32 sums (as train's --precision)")},
       [](const B& b) -> std::pair<std::string, std::string> {
         if (b.config.empty() && !b.peak) return {"config", "required (or give --peak alone)"};
         try {

@@ -18,6 +18,7 @@ namespace gg::cli {
 struct BenchCommand {
   std::string config, torch_script;
   std::string python = "/usr/bin/python3";  // --python: the interpreter that runs the PyTorch peer
+  std::string precision = "f32";            // --precision: "bf16" for bf16 products
   std::vector<std::string> ab;       // --ab: planning switches to turn off in the comparison
   std::vector<std::string> without;  // --without: kinds of work left out of it (timing only)
   std::int64_t batch = 12, seq = 0;  // seq 0: the config's block_size

@@ -44,7 +44,7 @@ namespace {
 
 // ---- grad ----------------------------------------------------------------------------
 struct GradCmd {
-  std::string config, weights, batch, out;
+  std::string config, weights, batch, out, precision = "f32";
   bool detect_anomaly = false;
   static const train::OptionTable<GradCmd>& table() {
     using train::opt;
@@ -54,7 +54,9 @@ struct GradCmd {
         opt("batch", &GradCmd::batch, "tokens and targets [B, T] (safetensors)").must_give().reads_file(),
         opt("out", &GradCmd::out, "Output safetensors").must_give().writes_file(),
         opt("detect_anomaly", &GradCmd::detect_anomaly,
-            "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it")}};
+            "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it"),
+        train::choice("precision", &GradCmd::precision, {{"f32", "f32"}, {"bf16", "bf16"}},
+                       "Matrix products in f32, or with bf16 operands and f32 sums (as train's --precision)")}};
     return t;
   }
 };
@@ -62,6 +64,7 @@ struct GradCmd {
 int run_grad(const GradCmd& a) {
   models::GptConfig c = models::load_gpt_config(a.config);
   train::Model m = models::gpt_model(c);
+  m.set_bf16_products(a.precision == "bf16");
   train::load_params(m.params(), train::read_tensors(a.weights), models::gpt_params(c), a.weights);
   std::vector<train::Batch> b = models::read_gpt_batches(io::read_safetensors(a.batch), c, /*stacked=*/false);
   if (a.detect_anomaly) m.plan_for(b[0], /*training=*/true).set_detect_anomaly(true);
@@ -80,7 +83,7 @@ int run_grad(const GradCmd& a) {
 
 // ---- replay --------------------------------------------------------------------------
 struct ReplayCmd {
-  std::string config, weights, batches, optimizer, out, betas = "0.9,0.999";
+  std::string config, weights, batches, optimizer, out, betas = "0.9,0.999", precision = "f32";
   double lr = 0, momentum = 0, eps = 1e-8, weight_decay = 0.01, clip = 0;
   bool allow_nonfinite = false, detect_anomaly = false;
 
@@ -109,7 +112,9 @@ struct ReplayCmd {
          opt("out", &R::out, "Output safetensors").must_give().writes_file(),
          opt("allow_nonfinite", &R::allow_nonfinite, "Write the parameters even when some are NaN or infinite"),
          opt("detect_anomaly", &R::detect_anomaly,
-             "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it")},
+             "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it"),
+         train::choice("precision", &R::precision, {{"f32", "f32"}, {"bf16", "bf16"}},
+                       "Matrix products in f32, or with bf16 operands and f32 sums (as train's --precision)")},
         [](const ReplayCmd& r) -> std::pair<std::string, std::string> {
           const auto b = r.parsed_betas();
           if (!b || !(b->first >= 0 && b->first < 1 && b->second >= 0 && b->second < 1))
@@ -123,6 +128,7 @@ struct ReplayCmd {
 int run_replay(const ReplayCmd& a) {
   models::GptConfig c = models::load_gpt_config(a.config);
   train::Model m = models::gpt_model(c);
+  m.set_bf16_products(a.precision == "bf16");
   train::load_params(m.params(), train::read_tensors(a.weights), models::gpt_params(c), a.weights);
   std::vector<train::Batch> b = models::read_gpt_batches(io::read_safetensors(a.batches), c, /*stacked=*/true);
   const auto [beta1, beta2] = *a.parsed_betas();  // checked with the options
@@ -191,7 +197,7 @@ int run_sample(SampleCmd a) {
 
 // ---- inspect -------------------------------------------------------------------------
 struct InspectCmd {
-  std::string config, dot, svg;
+  std::string config, dot, svg, precision = "f32";
   std::int64_t batch = 1, seq = 0;
   std::string grad;  // "": the forward only; "*" (--grad alone): every gradient; NAME: that parameter's
   bool raw = false;   // --no-simplify: list the graph as built
@@ -209,7 +215,9 @@ struct InspectCmd {
         opt("dot", &I::dot, "Write Graphviz dot to this file (one box per name scope for large graphs)").writes_file(),
         opt("svg", &I::svg, "Render the graph to this SVG file with Graphviz's dot").writes_file(),
         opt("expand", &I::expand, "Draw these name scopes node by node (e.g. blocks.1.attn); repeatable"),
-        opt("no_collapse", &I::full, "Draw every node, whatever the size of the graph")}};
+        opt("no_collapse", &I::full, "Draw every node, whatever the size of the graph"),
+        train::choice("precision", &I::precision, {{"f32", "f32"}, {"bf16", "bf16"}},
+                       "Matrix products in f32, or with bf16 operands and f32 sums (as train's --precision)")}};
     return t;
   }
 };
@@ -235,6 +243,7 @@ int run_inspect(const InspectCmd& a) {
   models::GptConfig c = models::load_gpt_config(a.config);
   const std::int64_t T = a.seq > 0 ? a.seq : c.block_size;
   Graph g;
+  Bf16Products precision(g, a.precision == "bf16");  // the listing shows "bf16" on every product
   models::Gpt m = models::build_gpt(g, c, a.batch, T);
   const NodeId forward_end = g.size();
   std::vector<NodeId> roots{m.loss.id};

@@ -71,6 +71,7 @@ Model::~Model() = default;
 std::unique_ptr<Graph> Model::build_graph(const Batch& b, bool training, ModelOutputs* outs) const {
   if (b.empty()) throw InputError(fmt::format("model '{}': the batch has no tensors", kind_));
   auto g = std::make_unique<Graph>();
+  Bf16Products precision(*g, bf16_);  // the gradient's products follow the forward's (matmul's rule)
   ModelInputs in(*g, b, training);
   ModelOutputs o = build_(in);
   if (training && !o.loss.g)
@@ -139,7 +140,7 @@ void Model::init_params(std::uint64_t seed) {
 }
 
 Model::Plan& Model::plan(const Batch& b, bool training) {
-  const std::string key = plan_key(b, training) + options_key_ + (training ? frozen_key_ : "");
+  const std::string key = plan_key(b, training) + options_key_ + (training ? frozen_key_ : "") + (bf16_ ? "|bf16" : "");
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();
   p->training = training;
@@ -267,6 +268,8 @@ void Model::set_plan_options(const ExecutorOptions& o) {
   plan_options_ = o;
   options_key_ = "|off:" + switches_off(o);
 }
+
+void Model::set_bf16_products(bool on) { bf16_ = on; }
 
 void Model::set_detect_anomaly(bool on) {
   detect_anomaly_ = on;

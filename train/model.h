@@ -123,6 +123,11 @@ class Model {
   // alternate two plans of one model over the same parameters (gradgraph bench --ab).
   void set_plan_options(const ExecutorOptions& o);
   const ExecutorOptions& plan_options() const { return plan_options_; }
+  // Mixed precision: with bf16, every matrix product of the plans built from now on, forward
+  // and backward, takes bf16 operands and sums in f32 (ops/ir/graph.h, Bf16Products);
+  // parameters, gradients and everything else stay f32. Plans are cached per precision.
+  void set_bf16_products(bool on);
+  bool bf16_products() const { return bf16_; }
 
   // Anomaly mode for every plan, built or to be built: the first node whose output holds a
   // NaN (or makes an Inf) stops the run with a GraphError naming it (ops/runtime/executor.h).
@@ -161,6 +166,7 @@ class Model {
   std::map<std::string, std::unique_ptr<Plan>> plans_;
   Plan* last_train_ = nullptr;
   bool detect_anomaly_ = false;
+  bool bf16_ = false;
   ExecutorOptions plan_options_;
   std::string options_key_ = "|off:" + switches_off(plan_options_);  // plan_options_'s part of a plan's key
   std::mt19937_64 rng_{0};

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "io/message.h"
+#include "ops/cpu/bf16.h"
 #include "train/checkpoint.h"
 #include "train/distributed.h"
 #include "train/plot.h"
@@ -84,6 +85,9 @@ class Run {
       throw InputError(fmt::format("{}: the checkpoint's parameter groups are {}, this run's {}; groups cannot "
                                    "change on resume (start a new run from its weights)", at,
                                    io::in_quotes(saved.groups, 40), io::in_quotes(o_.groups, 40)));
+    if (saved.precision != o_.precision)
+      say("note: the precision changes on resume: the checkpoint was trained in {}, this run trains in {} (the "
+          "weights and optimizer state are f32 in both)\n", io::cut(saved.precision, 10), o_.precision);
     load_params(m_.params(), ck.params, m_.param_table(), at);
     ParamShapes trained = param_shapes(m_.params());
     for (const std::string& name : frozen_) trained.erase(name);
@@ -107,6 +111,9 @@ class Run {
     for (const ParamInfo& p : m_.param_table()) n_params += numel(p.shape);
     say("gradgraph fit: model '{}', {} parameters in {} tensors; {} steps with {} lr {} ({} schedule)\n", m_.kind(),
         n_params, m_.param_table().size(), o_.steps, o_.optimizer, o_.lr, o_.schedule);
+    if (m_.bf16_products())
+      say("precision: bf16 operands and f32 sums in every matrix product, f32 master weights and optimizer; {}\n",
+          bf16_path_name());
     if (!frozen_.empty())
       say("frozen: {} of {} parameter tensors ({}{}): no gradient, update or optimizer state\n", frozen_.size(),
           m_.param_table().size(), fmt::join(frozen_.begin(), frozen_.begin() + std::ptrdiff_t(std::min<std::size_t>(4, frozen_.size())), ", "),
@@ -421,6 +428,7 @@ FitResult fit_here(Model& m, const DataSource& data, const TrainOptions& opts, c
     asked_warmup = o.warmup;
     o.warmup = o.steps / 10;
   }
+  m.set_bf16_products(o.precision == "bf16");
   Run run(m, data, o, info, out);
   const Batch first = run.first_batch();
   m.declare(first);

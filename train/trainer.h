@@ -88,6 +88,11 @@ struct TrainOptions {
   std::string schedule = "cosine";
   // Parameter groups, "pattern:lr=3e-4,weight_decay=0;encoder.*:frozen" (ParamGroup).
   std::string groups;
+  // "f32", or "bf16": mixed precision, every matrix product (forward and backward) with bf16
+  // operands and f32 sums (Model::set_bf16_products); parameters, gradients, the optimizer's
+  // moments and clipping stay f32 (master weights). Stored in the checkpoint: a resume in the
+  // other precision says so.
+  std::string precision = "f32";
   // Not options (not in the table, not stored): a schedule of one's own, the learning rate
   // at a 0-based step (give it a name in `schedule`), and a callback at each evaluation.
   std::function<double(std::int64_t step)> lr_schedule;

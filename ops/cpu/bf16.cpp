@@ -37,13 +37,14 @@ struct Packed {
   std::vector<std::uint32_t> b;  // panels x KP x NP pairs, laid out as the instruction reads them
 };
 
-Packed pack(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const float* A,
-            std::int64_t lda, const float* B, std::int64_t ldb) {
-  Packed p;
+// Packs into `p`, whose buffers keep their capacity from one product to the next (a thread's
+// own: the attention's many small products would otherwise allocate each time).
+void pack(Packed& p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, const float* A,
+          std::int64_t lda, const float* B, std::int64_t ldb) {
   p.KP = (K + 1) / 2;
   p.panels = (N + NP - 1) / NP;
-  p.a.assign(std::size_t(M * p.KP), 0);
-  p.b.assign(std::size_t(p.panels * p.KP * NP), 0);
+  p.a.resize(std::size_t(M * p.KP));
+  p.b.resize(std::size_t(p.panels * p.KP * NP));
   auto a_at = [&](std::int64_t m, std::int64_t k) -> std::uint32_t {
     return k < K ? daz(to_bf16(trans_a ? A[k * lda + m] : A[m * lda + k])) : 0;
   };
@@ -62,7 +63,6 @@ Packed pack(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int
           p.b[std::size_t((q * p.KP + k) * NP + j)] = b_at(2 * k, n) | b_at(2 * k + 1, n) << 16;
         }
   });
-  return p;
 }
 
 // One tile's sums, emulated: lane by lane, the instruction's order and rounding.
@@ -78,11 +78,11 @@ void tile_emulated(const Packed& p, const std::uint32_t* const* arow, std::int64
         const std::uint32_t a = arow[r][k];
         const float a_lo = from_bf16(std::uint16_t(a)), a_hi = from_bf16(std::uint16_t(a >> 16));
         const std::uint32_t* b = bp + k * NP;
+        // Each product enters its sum unrounded (a fused multiply-add, as the instruction
+        // does; written out, so that no compiler setting can round a product that underflows).
         for (int j = 0; j < NP; ++j) {
-          const float hi = a_hi * from_bf16(std::uint16_t(b[j] >> 16));  // exact: 8-bit significands
-          const float lo = a_lo * from_bf16(std::uint16_t(b[j]));
-          const float t = ftz(c[j] + hi);
-          c[j] = ftz(t + lo);
+          const float t = ftz(std::fma(a_hi, from_bf16(std::uint16_t(b[j] >> 16)), c[j]));
+          c[j] = ftz(std::fma(a_lo, from_bf16(std::uint16_t(b[j])), t));
         }
       }
     }
@@ -139,7 +139,9 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
                std::int64_t ldc, Bf16Path path) {
   if (M <= 0 || N <= 0) return;
   if (path == Bf16Path::native && !cpu_has_avx512_bf16()) path = Bf16Path::emulated;
-  const Packed p = pack(trans_a, trans_b, M, N, K, A, lda, B, ldb);
+  thread_local Packed packed;
+  pack(packed, trans_a, trans_b, M, N, K, A, lda, B, ldb);
+  const Packed& p = packed;
   const std::int64_t row_tiles = (M + MR - 1) / MR, col_tiles = (N + NR - 1) / NR;
   parallel_for(row_tiles * col_tiles, 1, [&](std::int64_t t0, std::int64_t t1) {
     alignas(64) float acc[MR][NR];

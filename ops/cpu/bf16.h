@@ -41,9 +41,9 @@ std::string bf16_path_name(Bf16Path path = bf16_path());
 // C = alpha * op(A) @ op(B) + beta * C with the operands rounded to bf16 and the products
 // summed in f32: row-major, as gemm() (ops/cpu/gemm.h). Each result is the sum over k in
 // pairs (k = 2p, 2p + 1) in increasing p, VDPBF16PS's order: acc += a[2p+1] * b[2p+1], then
-// acc += a[2p] * b[2p], each product exact and each sum rounded to f32 (denormal operands,
-// sums and results read and written as zero, as the instruction does); then alpha * acc +
-// beta * C. beta == 0 ignores what C held. Both paths give the same bits.
+// acc += a[2p] * b[2p], each a fused multiply-add rounded to f32 (denormal operands, sums and
+// results read and written as zero, as the instruction does); then alpha * acc + beta * C.
+// beta == 0 ignores what C held. Both paths give the same bits.
 void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
                std::int64_t ldc, Bf16Path path = bf16_path());

@@ -108,6 +108,7 @@ NodeId Graph::add(OpKind op, std::vector<NodeId> inputs, Attrs attrs, std::strin
   for (NodeId i : n.inputs)
     if (i < 0 || i >= size()) fail(n, fmt::format("input %{} is not a node of this graph", i));
   op_rule(op).infer(*this, n);
+  if (bf16_products_ && op_rule(op).cls == OpClass::product && n.dtype == DType::f32) n.attrs.bf16 = true;
   by_name_[n.name].push_back(NodeId(nodes_.size()));
   nodes_.push_back(std::move(n));
   return NodeId(nodes_.size() - 1);

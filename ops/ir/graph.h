@@ -69,6 +69,9 @@ struct Attrs {
   bool keepdim = false;      // sum, max
   bool trans_a = false;      // matmul: use A^T
   bool trans_b = false;      // matmul: use B^T
+  // A product (matmul): its operands rounded to bf16 and its sums kept in f32 (mixed
+  // precision; ops/cpu/bf16.h). Set on every product built inside a Bf16Products scope.
+  bool bf16 = false;
   Cmp cmp = Cmp::eq;         // compare
   Init init;                 // param
   DType dtype = DType::f32;  // input, constant: the leaf's dtype
@@ -195,6 +198,31 @@ class Graph {
   std::vector<StepPattern> step_patterns_;
   std::unordered_map<std::string, std::string> step_params_;
   std::optional<std::source_location> user_loc_, inner_loc_;
+  bool bf16_products_ = false;  // Bf16Products: products built now take bf16 operands
+
+ public:
+  // Whether products built now take bf16 operands (a Bf16Products scope is open).
+  bool bf16_products() const { return bf16_products_; }
+
+ private:
+  friend class Bf16Products;
+};
+
+// RAII: every product (an op whose record's class is OpClass::product: matmul) built while
+// it is open rounds its operands to bf16 and sums in f32 (Attrs::bf16), forward and
+// gradient alike when the gradient is built inside it too; listings show "bf16" on each.
+// Everything else (element-wise ops, reductions, the statistics of norms and softmax)
+// stays f32. With on = false it closes an enclosing scope for a part (a head kept in f32).
+class Bf16Products {
+ public:
+  explicit Bf16Products(Graph& g, bool on = true) : g_(g), was_(g.bf16_products_) { g.bf16_products_ = on; }
+  ~Bf16Products() { g_.bf16_products_ = was_; }
+  Bf16Products(const Bf16Products&) = delete;
+  Bf16Products& operator=(const Bf16Products&) = delete;
+
+ private:
+  Graph& g_;
+  bool was_;
 };
 
 // RAII: opens a name scope ("blocks.1" then "attn" gives "blocks.1.attn") for nodes and

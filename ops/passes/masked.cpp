@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/simd.h"
 
@@ -298,6 +299,10 @@ void slice_matmul(const Node& n, const MaskedBlocks* masked, std::span<const Vie
   const float* B = in[1].f();
   float* Cm = out.f();
   const i64 lda = ld.a ? ld.a : a1, ldb = ld.b ? ld.b : b1, ldc = ld.c ? ld.c : N;
+  if (n.attrs.bf16) {  // bf16 operands: the whole product (its sums are not split to match the f32 GEMM's)
+    gemm_bf16(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, Cm, ldc);
+    return;
+  }
   if (!masked) {
     gemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, Cm, ldc);
     return;

@@ -1,5 +1,7 @@
 // Batched matrix multiply with broadcast batch dims and optionally transposed operands.
-// Every product goes through gg::gemm (ops/cpu/gemm.h); this file only maps batches onto it.
+// Every product goes through gg::gemm (ops/cpu/gemm.h), or gg::gemm_bf16 (ops/cpu/bf16.h) for
+// a product with bf16 operands (Attrs::bf16); this file only maps batches onto them.
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/gemm.h"
 #include "ops/primitives/kernel_util.h"
 
@@ -66,7 +68,8 @@ void tangent_matmul(const Graph& g, const Node& n, std::span<const TangentShape*
   }
 }
 
-// In double: each batch's product by the textbook triple loop.
+// In double: each batch's product by the textbook triple loop. A bf16 product too, unrounded: the
+// f64 execution is the exact function, the reference its rounding is measured against.
 void matmul_f64(const F64Args& a) {
   const Node& n = a.n;
   const Shape& sa = a.in(0).shape;
@@ -132,8 +135,17 @@ const OpRule matmul_rule = {
       const float* B = a.in[1].f();
       float* C = a.out.f();
       const std::int64_t lda = sa.back(), ldb = sb.back();
+      const bool bf16 = a.node.attrs.bf16;
+      // One product: the f32 GEMM, or the bf16 one (which reports its rows when all are done).
+      auto product = [bf16](bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const float* A,
+                            std::int64_t lda, const float* B, std::int64_t ldb, float* C, std::int64_t ldc,
+                            const GemmRowsDone* rows_done) {
+        if (!bf16) return gemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc, rows_done);
+        gemm_bf16(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
+        if (rows_done) (*rows_done)(0, M);
+      };
       if (sb.size() == 2 && !ta) {  // (batch..., M, K) @ (K, N): one tall GEMM
-        gemm(false, tb, numel(d.batch) * d.m, d.n, d.k, 1.f, A, lda, B, ldb, 0.f, C, d.n, a.rows_done);
+        product(false, tb, numel(d.batch) * d.m, d.n, d.k, A, lda, B, ldb, C, d.n, a.rows_done);
         return;
       }
       Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
@@ -144,8 +156,8 @@ const OpRule matmul_rule = {
       const std::int64_t grain = d.m * d.n * d.k >= (1 << 18) ? count : 1;
       parallel_for(count, grain, [&](std::int64_t b0, std::int64_t b1) {
         for (std::int64_t i = b0; i < b1; ++i)
-          gemm(ta, tb, d.m, d.n, d.k, 1.f, A + oa[std::size_t(i)], lda, B + ob[std::size_t(i)], ldb, 0.f,
-               C + i * mn, d.n);
+          product(ta, tb, d.m, d.n, d.k, A + oa[std::size_t(i)], lda, B + ob[std::size_t(i)], ldb, C + i * mn, d.n,
+                  nullptr);
       });
       if (a.rows_done) (*a.rows_done)(0, count * d.m);
     },
@@ -153,6 +165,9 @@ const OpRule matmul_rule = {
       Graph& g = a.g;
       const Node& n = a.n();
       const bool ta = n.attrs.trans_a, tb = n.attrs.trans_b;
+      // A bf16 product's gradient products are bf16 too (the rounding passes gradients
+      // through unchanged, as a cast does).
+      Bf16Products precision(g, g.bf16_products() || n.attrs.bf16);
       NodeId A = a.in(0), B = a.in(1), G = a.gout;
       if (a.needs[0])
         a.gin[0] = ta ? op::matmul(g, B, G, tb, true) : op::matmul(g, G, B, false, !tb);
@@ -173,8 +188,11 @@ const OpRule matmul_rule = {
     nullptr,
     nullptr,
     [](const Node& n) -> std::string {
-      const bool ta = n.attrs.trans_a, tb = n.attrs.trans_b;
-      return ta && tb ? "trans_a, trans_b" : ta ? "trans_a" : tb ? "trans_b" : "";
+      std::vector<std::string> a;
+      if (n.attrs.trans_a) a.push_back("trans_a");
+      if (n.attrs.trans_b) a.push_back("trans_b");
+      if (n.attrs.bf16) a.push_back("bf16");
+      return fmt::format("{}", fmt::join(a, ", "));
     }};
 
 }  // namespace gg

@@ -144,3 +144,53 @@ TEST_CASE("bf16 product: native and emulated agree where products and sums are d
       CHECK(native_emulated_differ(c, o) == 0);
     }
 }
+
+// ---- bf16 products in a graph (Attrs::bf16, Bf16Products) ----------------------------
+#include "ops/ir/build.h"
+#include "ops/passes/simplify.h"
+#include "ops/runtime/executor.h"
+
+TEST_CASE("bf16 products: built inside the scope, listed, kept apart by simplification, computed as gemm_bf16") {
+  Graph g;
+  const NodeId a = op::input(g, "a", {5, 40}), b = op::input(g, "b", {40, 7});
+  const NodeId f32 = op::matmul(g, a, b);
+  NodeId bf = -1, ew = -1;
+  {
+    Bf16Products on(g);
+    bf = op::matmul(g, a, b);
+    ew = op::exp(g, a);  // not a product: stays f32 arithmetic, no attribute
+    {
+      Bf16Products off(g, false);  // a part kept in f32 inside a bf16 scope
+      CHECK_FALSE(g.node(op::matmul(g, a, b)).attrs.bf16);
+    }
+    CHECK(g.bf16_products());
+  }
+  CHECK_FALSE(g.bf16_products());
+  CHECK_FALSE(g.node(f32).attrs.bf16);
+  CHECK(g.node(bf).attrs.bf16);
+  CHECK_FALSE(g.node(ew).attrs.bf16);
+  CHECK(to_text_line(g, bf).find("[bf16]") != std::string::npos);  // the listing shows the precision
+  CHECK(to_text_line(g, f32).find("[bf16]") == std::string::npos);
+  const Simplified s = simplify(g, {f32, bf});
+  CHECK(s.roots[0] != s.roots[1]);  // the same inputs, another value: not merged
+
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> va(200), vb(280);
+  for (float& x : va) x = d(rng);
+  for (float& x : vb) x = d(rng);
+  ParamStore ps;
+  Executor ex(g, {f32, bf}, ps);
+  ex.set_input("a", Tensor::f32({5, 40}, va));
+  ex.set_input("b", Tensor::f32({40, 7}, vb));
+  ex.run();
+  std::vector<float> want(35);
+  gemm_bf16(false, false, 5, 7, 40, 1.f, va.data(), 40, vb.data(), 7, 0.f, want.data(), 7);
+  std::int64_t same_as_gemm_bf16 = 0, same_as_f32 = 0;
+  for (int i = 0; i < 35; ++i) {
+    same_as_gemm_bf16 += bits(ex.value(bf).f()[i]) == bits(want[i]);
+    same_as_f32 += ex.value(bf).f()[i] == ex.value(f32).f()[i];
+  }
+  CHECK(same_as_gemm_bf16 == 35);
+  CHECK(same_as_f32 < 35);  // the rounding of the operands shows
+}

@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -248,4 +250,38 @@ TEST_CASE("fit: gradient statistics on request, and anomaly mode names the node 
   CHECK(contains(msg, "anomaly"));
   CHECK(contains(msg, "fc2"));
   CHECK(contains(msg, "1 NaN"));
+}
+
+TEST_CASE("fit: --precision bf16 trains with bf16 products and f32 master weights, and a resume may change it") {
+  TempDir dir;
+  train::TrainOptions o = options(dir.file("f32"));
+  train::Model f = mlp();
+  const train::FitResult rf = quiet_fit(f, source(), o);
+  o.out_dir = dir.file("bf16");
+  o.precision = "bf16";
+  train::Model b = mlp();
+  std::string report;
+  const train::FitResult rb = quiet_fit(b, source(), o, {}, &report);
+  MESSAGE("final val loss f32 " << rf.final_val_loss << ", bf16 " << rb.final_val_loss);
+  CHECK(contains(report, "precision: bf16 operands and f32 sums in every matrix product"));
+  CHECK(b.bf16_products());
+  CHECK(rb.final_val_loss < 0.05);                                   // it learns as well
+  CHECK(std::fabs(rb.final_val_loss - rf.final_val_loss) < 0.02);    // and about as far
+  CHECK(rb.final_val_loss != rf.final_val_loss);                     // in another precision
+  for (auto& [name, t] : b.params().all()) {  // master weights: f32 values that no bf16 holds
+    const std::vector<float> v = t.to_vector();
+    CHECK(std::any_of(v.begin(), v.end(), [](float x) { return (std::bit_cast<std::uint32_t>(x) & 0xffffu) != 0; }));
+  }
+  const train::Checkpoint ck = train::load_checkpoint(dir.file("bf16/checkpoint.safetensors"));
+  CHECK(contains(ck.train_options, "\"precision\":\"bf16\""));
+  // Resumed in f32: said in one line, and it goes on.
+  train::TrainOptions more = o;
+  more.precision = "f32";
+  more.steps = 350;
+  more.resume = true;
+  train::Model c = mlp();
+  std::string again;
+  quiet_fit(c, source(), more, {}, &again);
+  CHECK(contains(again, "note: the precision changes on resume: the checkpoint was trained in bf16, this run trains in f32"));
+  CHECK_FALSE(c.bf16_products());
 }
