@@ -45,23 +45,48 @@ void pack(Packed& p, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
   p.panels = (N + NP - 1) / NP;
   p.a.resize(std::size_t(M * p.KP));
   p.b.resize(std::size_t(p.panels * p.KP * NP));
-  auto a_at = [&](std::int64_t m, std::int64_t k) -> std::uint32_t {
-    return k < K ? daz(to_bf16(trans_a ? A[k * lda + m] : A[m * lda + k])) : 0;
-  };
-  auto b_at = [&](std::int64_t k, std::int64_t n) -> std::uint32_t {
-    return k < K && n < N ? daz(to_bf16(trans_b ? B[n * ldb + k] : B[k * ldb + n])) : 0;
-  };
-  parallel_for(M, 16, [&](std::int64_t m0, std::int64_t m1) {
-    for (std::int64_t m = m0; m < m1; ++m)
-      for (std::int64_t q = 0; q < p.KP; ++q) p.a[std::size_t(m * p.KP + q)] = a_at(m, 2 * q) | a_at(m, 2 * q + 1) << 16;
+  const std::int64_t KP = p.KP;
+  auto h = [](float x) -> std::uint32_t { return daz(to_bf16(x)); };
+  // Each loop reads its operand along rows (a transposed one too): packing is a pass over
+  // memory, and a column-wise read would miss the cache on every element.
+  parallel_for((M + 15) / 16, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t blk = b0; blk < b1; ++blk) {
+      const std::int64_t m0 = blk * 16, m1 = std::min(M, m0 + 16);
+      if (!trans_a) {
+        for (std::int64_t m = m0; m < m1; ++m) {
+          const float* row = A + m * lda;
+          std::uint32_t* out = p.a.data() + m * KP;
+          for (std::int64_t q = 0; q < K / 2; ++q) out[q] = h(row[2 * q]) | h(row[2 * q + 1]) << 16;
+          if (K % 2) out[KP - 1] = h(row[K - 1]);
+        }
+      } else {  // op(A)[m][k] = A[k][m]: rows 2q and 2q + 1 of A give pair q of 16 rows of op(A)
+        for (std::int64_t q = 0; q < KP; ++q) {
+          const float* lo = A + 2 * q * lda;
+          const float* hi = 2 * q + 1 < K ? lo + lda : nullptr;
+          for (std::int64_t m = m0; m < m1; ++m) p.a[std::size_t(m * KP + q)] = h(lo[m]) | (hi ? h(hi[m]) << 16 : 0u);
+        }
+      }
+    }
   });
   parallel_for(p.panels, 1, [&](std::int64_t q0, std::int64_t q1) {
-    for (std::int64_t q = q0; q < q1; ++q)
-      for (std::int64_t k = 0; k < p.KP; ++k)
-        for (int j = 0; j < NP; ++j) {
-          const std::int64_t n = q * NP + j;
-          p.b[std::size_t((q * p.KP + k) * NP + j)] = b_at(2 * k, n) | b_at(2 * k + 1, n) << 16;
+    for (std::int64_t q = q0; q < q1; ++q) {
+      std::uint32_t* panel = p.b.data() + q * KP * NP;
+      const std::int64_t n0 = q * NP, cols = std::min<std::int64_t>(NP, N - n0);
+      if (cols < NP) std::fill(panel, panel + KP * NP, 0u);  // the columns past N
+      if (!trans_b) {
+        for (std::int64_t k = 0; k < KP; ++k) {
+          const float* lo = B + 2 * k * ldb + n0;
+          const float* hi = 2 * k + 1 < K ? lo + ldb : nullptr;
+          for (std::int64_t j = 0; j < cols; ++j) panel[k * NP + j] = h(lo[j]) | (hi ? h(hi[j]) << 16 : 0u);
         }
+      } else {  // op(B)[k][n] = B[n][k]: row n of B is column n of op(B)
+        for (std::int64_t j = 0; j < cols; ++j) {
+          const float* row = B + (n0 + j) * ldb;
+          for (std::int64_t k = 0; k < K / 2; ++k) panel[k * NP + j] = h(row[2 * k]) | h(row[2 * k + 1]) << 16;
+          if (K % 2) panel[(KP - 1) * NP + j] = h(row[K - 1]);
+        }
+      }
+    }
   });
 }
 
