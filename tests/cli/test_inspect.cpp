@@ -133,3 +133,23 @@ TEST_CASE("inspect --svg: renders with Graphviz, or one clear line when it is mi
   CHECK(contains(r.out, "# wrote "));
   CHECK(contains(read_all(svg), "<svg"));
 }
+
+TEST_CASE("inspect --precision bf16: every product of the forward and the gradient is marked, nothing else") {
+  const Result r = run("inspect --config " + kConfig + " --grad --precision bf16");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  long products = 0, marked = 0, other_marked = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const bool product = std::regex_search(line, std::regex(R"(^%\d+ = matmul)"));
+    const bool bf16 = contains(line, "bf16]");
+    products += product;
+    marked += product && bf16;
+    other_marked += !product && bf16;
+  }
+  CHECK(products > 10);
+  CHECK(marked == products);
+  CHECK(other_marked == 0);
+  const Result f32 = run("inspect --config " + kConfig + " --grad");
+  CHECK_FALSE(contains(f32.out, "bf16]"));
+}
