@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli/input_file.h"
+#include "train/trainer.h"
 #include "models/gpt.h"
 #include "models/gpt_flops.h"
 #include "ops/cpu/bf16.h"
@@ -313,25 +314,34 @@ struct AbSide {
   std::string label;  // "epilogue", "left out: groups,optimizer (timing only: ...)", ...
 };
 
-// --ab's names: planning switches turned off; --without's: kinds of work left out ("optimizer"
-// being clipping and AdamW). An unknown name is an InputError that lists the known ones.
+// The first unknown name of --ab (planning switches turned off) or --without (kinds of work
+// left out, "optimizer" being clipping and AdamW): {"ab" or "without", the problem, listing
+// the known names}, or {} when every name is known. The options' cross check.
+std::pair<std::string, std::string> ab_problem(const std::vector<std::string>& ab,
+                                               const std::vector<std::string>& without) {
+  ExecutorOptions o;
+  for (const std::string& name : ab)
+    if (!set_executor_switch(o, name, false))
+      return {"ab", fmt::format("'{}' is not a planning switch (the switches: {})", io::cut(name, 40),
+                                fmt::join(executor_switch_names(), ", "))};
+  const auto& kinds = skip_work_names();
+  for (const std::string& name : without)
+    if (name != "optimizer" && std::none_of(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == name; }))
+      return {"without", fmt::format("'{}' is not a kind of work (the kinds: {}, optimizer)", io::cut(name, 40),
+                                     fmt::join(kinds | std::views::keys, ", "))};
+  return {};
+}
+
+// The other side of the comparison from names ab_problem found known.
 AbSide ab_side(const std::vector<std::string>& ab, const std::vector<std::string>& without) {
   AbSide side;
-  for (const std::string& name : ab)
-    if (!set_executor_switch(side.options, name, false))
-      throw InputError(fmt::format("--ab: '{}' is not a planning switch (the switches: {})", io::cut(name, 40),
-                                   fmt::join(executor_switch_names(), ", ")));
+  for (const std::string& name : ab) set_executor_switch(side.options, name, false);
   side.label = switches_off(side.options);
   for (const std::string& name : without) {
     const auto& kinds = skip_work_names();
     const auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == name; });
-    if (it != kinds.end())
-      side.skip |= it->second;
-    else if (name == "optimizer")
-      side.optimizer = false;
-    else
-      throw InputError(fmt::format("--without: '{}' is not a kind of work (the kinds: {}, optimizer)", io::cut(name, 40),
-                                   fmt::join(kinds | std::views::keys, ", ")));
+    if (it != kinds.end()) side.skip |= it->second;
+    else side.optimizer = false;  // "optimizer"
   }
   if (!without.empty())
     side.label += fmt::format("{}left out: {} (timing only: the values are wrong)", side.label.empty() ? "" : "; ",
@@ -565,17 +575,10 @@ const train::OptionTable<BenchCommand>& BenchCommand::table() {
            "The PyTorch peer script (default: bench/torch_bench.py in the source tree; when missing, the comparison "
            "is skipped with a note)"),
        opt("python", &B::python, "The Python that runs the PyTorch peer (--compare-torch)"),
-       train::choice("precision", &B::precision, {{"f32", "f32"}, {"bf16", "bf16"}},
-                     "Matrix products in f32, or with bf16 operands and f32 sums (as train's --precision)")},
+       train::precision_option(&B::precision)},
       [](const B& b) -> std::pair<std::string, std::string> {
         if (b.config.empty() && !b.peak) return {"config", "required (or give --peak alone)"};
-        try {
-          ab_side(b.ab, b.without);
-        } catch (const InputError& e) {  // "--ab: 'x' is not ...": the key and the problem
-          const std::string m = e.what();
-          return {m.starts_with("--ab:") ? "ab" : "without", m.substr(m.find(": ") + 2)};
-        }
-        return {};
+        return ab_problem(b.ab, b.without);
       }};
   return t;
 }

@@ -55,8 +55,7 @@ struct GradCmd {
         opt("out", &GradCmd::out, "Output safetensors").must_give().writes_file(),
         opt("detect_anomaly", &GradCmd::detect_anomaly,
             "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it"),
-        train::choice("precision", &GradCmd::precision, {{"f32", "f32"}, {"bf16", "bf16"}},
-                       "Matrix products in f32, or with bf16 operands and f32 sums (as train's --precision)")}};
+        train::precision_option(&GradCmd::precision)}};
     return t;
   }
 };
@@ -113,8 +112,7 @@ struct ReplayCmd {
          opt("allow_nonfinite", &R::allow_nonfinite, "Write the parameters even when some are NaN or infinite"),
          opt("detect_anomaly", &R::detect_anomaly,
              "Stop at the first node, forward or backward, that makes a NaN or Inf, naming it"),
-         train::choice("precision", &R::precision, {{"f32", "f32"}, {"bf16", "bf16"}},
-                       "Matrix products in f32, or with bf16 operands and f32 sums (as train's --precision)")},
+         train::precision_option(&R::precision)},
         [](const ReplayCmd& r) -> std::pair<std::string, std::string> {
           const auto b = r.parsed_betas();
           if (!b || !(b->first >= 0 && b->first < 1 && b->second >= 0 && b->second < 1))
@@ -159,24 +157,16 @@ int run_replay(const ReplayCmd& a) {
 }
 
 // ---- sample --------------------------------------------------------------------------
+// The sampling options are models::SampleOptions' own table; these are the command's.
 struct SampleCmd {
   std::string checkpoint;
   models::SampleOptions o;
   std::int64_t samples = 1;
-  std::string prompt = o.prompt;
-  double temperature = o.temperature;
-  std::int64_t top_k = o.top_k, tokens = o.tokens;
-  std::uint64_t seed = o.seed;
   static const train::OptionTable<SampleCmd>& table() {
     using train::opt;
     using S = SampleCmd;
     static const train::OptionTable<SampleCmd> t{{
         opt("checkpoint", &S::checkpoint, "Checkpoint written by train").must_give().reads_file(),
-        opt("prompt", &S::prompt, "Text to continue"),
-        opt("temperature", &S::temperature, "Sampling temperature").above(0).at_most(100),
-        opt("top_k", &S::top_k, "Sample among the k likeliest (0 = all)").at_least(0).at_most(1 << 24),
-        opt("tokens", &S::tokens, "Characters to generate").at_least(0).at_most(1 << 24),
-        opt("seed", &S::seed, "Random seed (sample i of --samples draws with seed + i)"),
         opt("samples", &S::samples, "Continuations of the prompt drawn side by side, one batch row each")
             .at_least(1)
             .at_most(4096)}};
@@ -184,8 +174,7 @@ struct SampleCmd {
   }
 };
 
-int run_sample(SampleCmd a) {
-  a.o = {a.prompt, a.temperature, a.top_k, a.tokens, a.seed};
+int run_sample(const SampleCmd& a) {
   models::CharLmCheckpoint ck = models::load_char_lm(a.checkpoint);
   const std::vector<std::string> texts = models::sample_texts(ck.config, ck.params, ck.vocab, a.o, a.samples);
   for (std::size_t i = 0; i < texts.size(); ++i) {
@@ -216,8 +205,7 @@ struct InspectCmd {
         opt("svg", &I::svg, "Render the graph to this SVG file with Graphviz's dot").writes_file(),
         opt("expand", &I::expand, "Draw these name scopes node by node (e.g. blocks.1.attn); repeatable"),
         opt("no_collapse", &I::full, "Draw every node, whatever the size of the graph"),
-        train::choice("precision", &I::precision, {{"f32", "f32"}, {"bf16", "bf16"}},
-                       "Matrix products in f32, or with bf16 operands and f32 sums (as train's --precision)")}};
+        train::precision_option(&I::precision)}};
     return t;
   }
 };
@@ -392,7 +380,7 @@ struct Commands {
   CLI::App* tv = nullptr;
 
   SampleCmd sa;
-  TableFlags sample_flags{{train::bind(sa)}};
+  TableFlags sample_flags{{train::bind(sa), train::bind(sa.o)}};
   CLI::App* sm = nullptr;
   GradCmd ga;
   TableFlags grad_flags{{train::bind(ga)}};

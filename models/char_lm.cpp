@@ -29,6 +29,18 @@ const train::OptionTable<CharLmOptions>& CharLmOptions::table() {
   return t;
 }
 
+const train::OptionTable<SampleOptions>& SampleOptions::table() {
+  using O = SampleOptions;
+  using train::opt;
+  static const train::OptionTable<O> t{
+      {opt("prompt", &O::prompt, "Text to continue"),
+       opt("temperature", &O::temperature, "Sampling temperature").above(0).at_most(100),
+       opt("top_k", &O::top_k, "Sample among the k likeliest (0 = all)").at_least(0).at_most(1 << 24),
+       opt("tokens", &O::tokens, "Characters to generate").at_least(0).at_most(1 << 24),
+       opt("seed", &O::seed, "Random seed (sample i of --samples draws with seed + i)")}};
+  return t;
+}
+
 train::TrainOptions char_lm_train_defaults() {
   train::TrainOptions t;
   t.out_dir = "runs/shakespeare";

@@ -51,6 +51,7 @@ struct SampleOptions {
   std::int64_t top_k = 0;    // 0 = all tokens
   std::int64_t tokens = 300;
   std::uint64_t seed = 1337;
+  static const train::OptionTable<SampleOptions>& table();
 };
 
 // The prompt followed by the generated characters: the last block_size tokens go in, the

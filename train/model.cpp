@@ -304,10 +304,7 @@ void load_params(ParamStore& store, const std::map<std::string, Tensor>& tensors
   }
   if (!allow_extra)
     for (auto& [name, t] : tensors)
-      if (!known.count(name)) {
-        const std::string q = io::in_quotes(name, 40);  // cut, control bytes escaped: one line
-        unexpected.push_back(q.substr(1, q.size() - 2));
-      }
+      if (!known.count(name)) unexpected.push_back(io::cut(name, 40));  // cut, control bytes escaped: one line
   if (missing.empty() && misshaped.empty() && unexpected.empty()) {
     for (const ParamInfo& p : table) store.set(p.name, tensors.at(p.name));
     return;

@@ -183,8 +183,11 @@ OptionValue from_json(const io::JsonMember& m) {
 }
 }  // namespace
 
-void read_json(const std::string& text, const std::string& source, const std::vector<BoundOptions>& sets,
-               bool require_all) {
+namespace {
+// read_json, refusing the keys among `derived` (the command sets those itself, from what
+// `why` says).
+void read_json_except(const std::string& text, const std::string& source, const std::vector<BoundOptions>& sets,
+                      bool require_all, const std::vector<std::string>& derived, const std::string& why) {
   std::optional<std::vector<io::JsonMember>> members;
   try {
     members = io::parse_json_object(text, source, /*max_depth=*/32);  // duplicate keys, depth, NUL, BOM
@@ -197,6 +200,8 @@ void read_json(const std::string& text, const std::string& source, const std::ve
     for (const Option& o : b.list->options()) known.push_back(o.name);
   for (const io::JsonMember& member : *members) {
     const std::string& key = member.key;
+    if (std::find(derived.begin(), derived.end(), key) != derived.end())
+      throw InputError(fmt::format("{}: key '{}' is not an option of this command: {}", cut(source), key, why));
     const Option* opt = nullptr;
     void* target = nullptr;
     for (const BoundOptions& b : sets)
@@ -227,6 +232,21 @@ void read_json(const std::string& text, const std::string& source, const std::ve
   for (const BoundOptions& b : sets) b.list->validate(b.target, source);
 }
 
+// A regular file of at most 16 MiB, as text.
+std::string options_text(const std::string& path) {
+  try {
+    return io::read_file(path, std::size_t(16) << 20, "options file");
+  } catch (const io::Error& e) {
+    throw InputError(e.what());
+  }
+}
+}  // namespace
+
+void read_json(const std::string& text, const std::string& source, const std::vector<BoundOptions>& sets,
+               bool require_all) {
+  read_json_except(text, source, sets, require_all, {}, "");
+}
+
 void read_json(const std::string& text, const std::string& source, std::initializer_list<BoundOptions> sets,
                bool require_all) {
   read_json(text, source, std::vector<BoundOptions>(sets), require_all);
@@ -234,33 +254,11 @@ void read_json(const std::string& text, const std::string& source, std::initiali
 
 void read_json_file(const std::string& path, const std::vector<BoundOptions>& sets,
                     const std::vector<std::string>& derived, const std::string& why) {
-  std::string text;
-  try {
-    text = io::read_file(path, std::size_t(16) << 20, "options file");
-  } catch (const io::Error& e) {
-    throw InputError(e.what());
-  }
-  std::optional<std::vector<io::JsonMember>> members;
-  try {
-    members = io::parse_json_object(text, path, /*max_depth=*/32);
-  } catch (const io::Error& e) {
-    throw InputError(e.what());
-  }
-  if (members)
-    for (const io::JsonMember& m : *members)
-      if (std::find(derived.begin(), derived.end(), m.key) != derived.end())
-        throw InputError(fmt::format("{}: key '{}' is not an option of this command: {}", cut(path), m.key, why));
-  read_json(text, path, sets, /*require_all=*/false);
+  read_json_except(options_text(path), path, sets, /*require_all=*/false, derived, why);
 }
 
 void read_json_file(const std::string& path, const std::vector<BoundOptions>& sets, bool require_all) {
-  std::string text;
-  try {
-    text = io::read_file(path, std::size_t(16) << 20, "options file");
-  } catch (const io::Error& e) {
-    throw InputError(e.what());
-  }
-  read_json(text, path, sets, require_all);
+  read_json(options_text(path), path, sets, require_all);
 }
 
 void set_from_text(const std::vector<BoundOptions>& sets, const std::string& name, const std::string& text) {

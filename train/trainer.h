@@ -100,6 +100,15 @@ struct TrainOptions {
   static const OptionTable<TrainOptions>& table();
 };
 
+// The precision option of a table ("f32" or "bf16", as TrainOptions::precision): the run's,
+// and that of every command that builds a model.
+template <class S>
+Option precision_option(std::string S::*member) {
+  return choice("precision", member, {{"f32", "f32"}, {"bf16", "bf16"}},
+                "Matrix products in f32, or with bf16 operands and f32 sums (master weights, optimizer and clipping "
+                "in f32)");
+}
+
 // Where batches come from. Only `train` is required.
 struct DataSource {
   // A training batch; all its randomness must come from `rng` (so a resumed run draws the

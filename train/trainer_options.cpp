@@ -57,9 +57,7 @@ const OptionTable<TrainOptions>& TrainOptions::table() {
        opt("groups", &T::groups,
            "Parameter groups: 'pattern:lr=X,weight_decay=Y;pattern:frozen' ('*' and '?' match names; first match wins)")
            .optional(),
-       choice("precision", &T::precision, {{"f32", "f32"}, {"bf16", "bf16"}},
-              "Matrix products in f32, or bf16 operands with f32 sums (master weights, optimizer and clipping in f32)")
-           .optional()},
+       precision_option(&T::precision).optional()},
       [](const T& o) -> std::pair<std::string, std::string> {
         if (o.out_dir.empty()) return {"out_dir", "is empty (give the directory for the checkpoint and curves)"};
         if (o.min_lr > o.lr) return {"min_lr", fmt::format("{} is above lr = {}", o.min_lr, o.lr)};
