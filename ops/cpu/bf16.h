@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace gg {
@@ -43,10 +44,13 @@ std::string bf16_path_name(Bf16Path path = bf16_path());
 // pairs (k = 2p, 2p + 1) in increasing p, VDPBF16PS's order: acc += a[2p+1] * b[2p+1], then
 // acc += a[2p] * b[2p], each a fused multiply-add rounded to f32 (denormal operands, sums and
 // results read and written as zero, as the instruction does); then alpha * acc + beta * C.
-// beta == 0 ignores what C held. Both paths give the same bits.
+// beta == 0 ignores what C held. Both paths give the same bits. rows_done, when given, is
+// called with ranges of C's rows once they are final (as gemm's, ops/cpu/gemm.h), from the
+// thread that finished them.
 void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
                const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
-               std::int64_t ldc, Bf16Path path = bf16_path());
+               std::int64_t ldc, Bf16Path path = bf16_path(),
+               const std::function<void(std::int64_t, std::int64_t)>* rows_done = nullptr);
 
 // The machine's bf16 dot-product peak, as measure_fma_peak (ops/cpu/peak.h) measures the f32
 // one: independent VDPBF16PS accumulators, one thread then every thread; 4 flops per f32
