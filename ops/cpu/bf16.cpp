@@ -9,13 +9,12 @@
 #include <atomic>
 #include <memory>
 #include <cfloat>
-#include <chrono>
 #include <cmath>
 #include <functional>
-#include <thread>
 #include <vector>
 
 #include "ops/cpu/parallel.h"
+#include "ops/cpu/probe.h"
 #include "ops/cpu/transpose.h"
 #include "ops/runtime/config.h"
 
@@ -358,7 +357,6 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
 // ---- the peak ---------------------------------------------------------------------------
 namespace {
 constexpr int CHAINS = 12;
-volatile float sink;
 
 #ifdef GG_BF16_X86
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float dp_loop(std::int64_t iters, float seed) {
@@ -382,22 +380,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float dp_loop(st
 float dp_loop(std::int64_t, float) { return 0; }
 #endif
 
-double dp_flops(std::int64_t iters) { return 4.0 * 16 * CHAINS * double(iters); }
-
-double dp_run(int threads, std::int64_t iters) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> out(std::size_t(threads), 0.f);
-  if (threads == 1) out[0] = dp_loop(iters, 1.f);
-  else
-    parallel_for(threads, 1, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t t = b; t < e; ++t) out[std::size_t(t)] = dp_loop(iters, float(t));
-    });
-  float s = 0;
-  for (float v : out) s += v;
-  sink = s;
-  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return dp_flops(iters) * threads / sec * 1e-9;
-}
+const Probe kDp{dp_loop, 4.0 * 16 * CHAINS};
 }  // namespace
 
 Bf16Peak measure_bf16_peak(double seconds, int repeats) {
@@ -406,17 +389,9 @@ Bf16Peak measure_bf16_peak(double seconds, int repeats) {
   if (!cpu_has_avx512_bf16()) return p;
   seconds = std::max(seconds, 1e-3);
   repeats = std::max(repeats, 1);
-  std::int64_t iters = 1 << 14;
-  for (;;) {
-    const double took = dp_flops(iters) / (dp_run(1, iters) * 1e9);
-    if (took >= seconds / 4 || iters > (std::int64_t(1) << 40)) {
-      iters = std::max<std::int64_t>(1, std::int64_t(double(iters) * seconds / took));
-      break;
-    }
-    iters *= 4;
-  }
-  for (int r = 0; r < repeats; ++r) p.per_core_gflops = std::max(p.per_core_gflops, dp_run(1, iters));
-  for (int r = 0; r < repeats; ++r) p.total_gflops = std::max(p.total_gflops, dp_run(p.threads, iters));
+  const std::int64_t iters = probe_iterations(kDp, seconds, 1 << 14);
+  for (int r = 0; r < repeats; ++r) p.per_core_gflops = std::max(p.per_core_gflops, probe_gflops(kDp, 1, iters));
+  for (int r = 0; r < repeats; ++r) p.total_gflops = std::max(p.total_gflops, probe_gflops(kDp, p.threads, iters));
   return p;
 }
 
