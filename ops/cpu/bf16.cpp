@@ -13,6 +13,7 @@
 #include <functional>
 #include <vector>
 
+#include "ops/cpu/gemm.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/probe.h"
 #include "ops/cpu/transpose.h"
@@ -91,17 +92,8 @@ inline void pairs_across(const float* lo, const float* hi, i64 n, u32* out) {
 // op(A) either in rows (A not transposed: row m's pairs at a[m * KP + p], a plain rounding of
 // each row) or, transposed, in slivers of MR rows (pair p of row r at a[p * MR + r]: the
 // pairs are formed across two rows of A, contiguous in m).
-struct Problem {
-  bool ta, tb;
-  i64 M, N, K, KP, panels;
-  float alpha;
-  const float* A;
-  i64 lda;
-  const float* B;
-  i64 ldb;
-  float beta;
-  float* C;
-  i64 ldc;
+struct Problem : GemmProblem {
+  i64 KP, panels;  // pairs of depth, panels of op(B)
 };
 
 // op(B) not transposed (B is (K, N)): panels [q0, q1). Depth rows 2p and 2p + 1 give pair
@@ -302,7 +294,7 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
                std::int64_t ldc, Bf16Path path, const std::function<void(std::int64_t, std::int64_t)>* rows_done) {
   if (M <= 0 || N <= 0) return;
   if (path == Bf16Path::native && !cpu_has_avx512_bf16()) path = Bf16Path::emulated;
-  const Problem P{trans_a, trans_b, M, N, K, (K + 1) / 2, (N + NP - 1) / NP, alpha, A, lda, B, ldb, beta, C, ldc};
+  const Problem P{{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc}, (K + 1) / 2, (N + NP - 1) / NP};
   // op(B) packed once, shared by every block (the caller's buffer: it waits for the blocks).
   thread_local std::vector<u32> packed_b;
   packed_b.resize(std::size_t(P.panels * P.KP * NP));

@@ -169,18 +169,7 @@ struct Buffer {
 thread_local Buffer pack_a_buf, pack_b_buf;
 
 // Everything a stripe of work needs to know about the call.
-struct Problem {
-  bool ta, tb;
-  i64 M, N, K;
-  float alpha;
-  const float* A;
-  i64 lda;
-  const float* B;
-  i64 ldb;
-  float beta;
-  float* C;
-  i64 ldc;
-};
+using Problem = GemmProblem;
 
 // Whether the packed products read a row-major A (M, K) where it is instead of packing it:
 // the microkernel broadcasts a(i, k) from MR rows lda apart (kernels_a_rows, as gemm_direct

@@ -27,24 +27,22 @@ bool sanitized() {
   return false;
 #endif
 }
+
+// The figure after `key` in the output of `command --precision bf16` on its defaults.
+double bf16_default_run(const std::string& command, const std::string& key) {
+  TempDir d;
+  const Result r = run(command + " --precision bf16 --out-dir " + quote(d.file("run")));
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(contains(r.out, "precision: bf16"));
+  return after(r.out, key);
+}
 }  // namespace
 
 TEST_CASE("bf16 accuracy: train-vit --precision bf16 on its defaults reaches 97% test accuracy") {
-  if (sanitized()) return;
-  TempDir d;
-  const Result r = run("train-vit --precision bf16 --out-dir " + quote(d.file("vit")));
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  REQUIRE(r.status == 0);
-  CHECK(contains(r.out, "precision: bf16"));
-  CHECK(after(r.out, "test accuracy ") >= 97.0);
+  if (!sanitized()) CHECK(bf16_default_run("train-vit", "test accuracy ") >= 97.0);
 }
 
 TEST_CASE("bf16 accuracy: train-seq2seq --precision bf16 on its defaults reaches 95% exact match") {
-  if (sanitized()) return;
-  TempDir d;
-  const Result r = run("train-seq2seq --precision bf16 --out-dir " + quote(d.file("s2s")));
-  INFO("stdout: " << r.out << "\nstderr: " << r.err);
-  REQUIRE(r.status == 0);
-  CHECK(contains(r.out, "precision: bf16"));
-  CHECK(after(r.out, "exact match ") >= 95.0);
+  if (!sanitized()) CHECK(bf16_default_run("train-seq2seq", "exact match ") >= 95.0);
 }
