@@ -6,6 +6,7 @@
 #include "ops/cpu/bf16.h"
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <memory>
 #include <cfloat>
@@ -36,46 +37,80 @@ constexpr int NR = 32;  // columns of a tile: two panels
 constexpr i64 MB = 48;  // rows of a work block: its A pairs are packed by the thread that runs it
 constexpr double PARALLEL_FLOPS = 3e6;  // below this a second thread costs more than it saves
 
-// A bf16 whose exponent is zero reads as zero (the instruction's DAZ).
-inline std::uint16_t daz(std::uint16_t h) { return (h & 0x7f80u) == 0 ? std::uint16_t(h & 0x8000u) : h; }
+// An f32 whose exponent is zero reads as zero (the instructions' DAZ): operands are rounded
+// from it, as VCVTNE2PS2BF16 does, and no bf16 rounded from a normal f32 is denormal.
+inline float daz(float x) { return (std::bit_cast<u32>(x) & 0x7f800000u) == 0 ? std::copysign(0.f, x) : x; }
 inline float ftz(float x) { return std::fabs(x) < FLT_MIN ? std::copysign(0.f, x) : x; }
-inline u32 bf(float x) { return daz(to_bf16(x)); }
+inline u32 bf(float x) { return to_bf16(daz(x)); }
 
 // ---- rounding runs of values to bf16 pairs ------------------------------------------------
-// Every operand value goes through one of these two; their vector bodies compute to_bf16
-// and daz lane by lane, the same bits as the scalar tails.
+// Every operand value goes through pairs_along or pairs_across: with the native path's
+// VCVTNE2PS2BF16 (32 values an instruction), or lane by lane with integer arithmetic; both
+// give bf()'s bits, as the tests check.
 #if defined(__AVX512F__) && !defined(GG_SCALAR)
-// 16 floats -> their bf16 bits in the low half of each 32-bit lane.
 // (Shifts through the zero-masked forms: GCC 12 warns of an uninitialized operand in the plain ones.)
 inline __m512i shr16(__m512i v) { return _mm512_maskz_srli_epi32(0xffff, v, 16); }
+// 16 floats -> their bf() bits in the low half of each 32-bit lane.
 inline __m512i bf_lanes(__m512 x) {
-  const __m512i u = _mm512_castps_si512(x);
+  __m512i u = _mm512_castps_si512(x);
+  const __mmask16 zero_exp = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+  u = _mm512_mask_and_epi32(u, zero_exp, u, _mm512_set1_epi32(int(0x80000000u)));
   const __m512i odd = _mm512_and_si512(shr16(u), _mm512_set1_epi32(1));
   __m512i r = shr16(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))));
   const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                                 _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_or_epi32(r, nan, shr16(u), _mm512_set1_epi32(0x40));
-  const __mmask16 zero_exp = _mm512_testn_epi32_mask(r, _mm512_set1_epi32(0x7f80));
-  return _mm512_mask_and_epi32(r, zero_exp, r, _mm512_set1_epi32(0x8000));
+  return _mm512_mask_or_epi32(r, nan, shr16(u), _mm512_set1_epi32(0x40));
+}
+#endif
+
+#ifdef GG_BF16_X86
+#define GG_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// The first 2 * (n / 32) * 16 pairs of pairs_along, by the instruction; returns how many
+// values it rounded.
+GG_BF16_TARGET i64 pairs_along_native(const float* src, i64 K, u32* out) {
+  i64 k = 0;
+  for (; k + 32 <= K; k += 32)
+    _mm512_storeu_si512(out + k / 2, (__m512i)_mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + k + 16), _mm512_loadu_ps(src + k)));
+  return k;
+}
+// The first n / 16 * 16 pairs of pairs_across, by the instruction; returns how many.
+GG_BF16_TARGET i64 pairs_across_native(const float* lo, const float* hi, i64 n, u32* out) {
+  // vpermw: the 16 low values (lo) and 16 high ones (hi) interleaved into pairs
+  const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                         5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 h = hi ? _mm512_loadu_ps(hi + i) : _mm512_setzero_ps();
+    const __m512i both = (__m512i)_mm512_cvtne2ps_pbh(h, _mm512_loadu_ps(lo + i));
+    _mm512_storeu_si512(out + i, _mm512_permutexvar_epi16(order, both));
+  }
+  return i;
 }
 #endif
 
 // out[p] = bf(src[2p]) | bf(src[2p+1]) << 16 for the (K + 1) / 2 pairs of a run of K values
 // (odd K: the last pair's high half is 0).
-inline void pairs_along(const float* src, i64 K, u32* out) {
+inline void pairs_along(const float* src, i64 K, u32* out, bool native) {
   i64 k = 0;
+#ifdef GG_BF16_X86
+  if (native) k = pairs_along_native(src, K, out);
+#endif
 #if defined(__AVX512F__) && !defined(GG_SCALAR)
   auto* o16 = reinterpret_cast<std::uint16_t*>(out);  // pair p's halves are values 2p, 2p + 1
   for (; k + 16 <= K; k += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o16 + k), _mm512_cvtepi32_epi16(bf_lanes(_mm512_loadu_ps(src + k))));
 #endif
+  (void)native;
   for (; k + 1 < K; k += 2) out[k / 2] = bf(src[k]) | bf(src[k + 1]) << 16;
   if (k < K) out[k / 2] = bf(src[k]);
 }
 
 // out[i] = bf(lo[i]) | bf(hi[i]) << 16 for i < n: pairs across two runs (hi null: 0).
-inline void pairs_across(const float* lo, const float* hi, i64 n, u32* out) {
+inline void pairs_across(const float* lo, const float* hi, i64 n, u32* out, bool native) {
   i64 i = 0;
+#ifdef GG_BF16_X86
+  if (native) i = pairs_across_native(lo, hi, n, out);
+#endif
 #if defined(__AVX512F__) && !defined(GG_SCALAR)
   for (; i + 16 <= n; i += 16) {
     const __m512i l = bf_lanes(_mm512_loadu_ps(lo + i));
@@ -83,6 +118,7 @@ inline void pairs_across(const float* lo, const float* hi, i64 n, u32* out) {
     _mm512_storeu_si512(out + i, _mm512_or_si512(l, h));
   }
 #endif
+  (void)native;
   for (; i < n; ++i) out[i] = bf(lo[i]) | (hi ? bf(hi[i]) << 16 : 0u);
 }
 
@@ -94,6 +130,7 @@ inline void pairs_across(const float* lo, const float* hi, i64 n, u32* out) {
 // pairs are formed across two rows of A, contiguous in m).
 struct Problem : GemmProblem {
   i64 KP, panels;  // pairs of depth, panels of op(B)
+  bool native;     // rounding by VCVTNE2PS2BF16 (the same bits)
 };
 
 // op(B) not transposed (B is (K, N)): panels [q0, q1). Depth rows 2p and 2p + 1 give pair
@@ -110,7 +147,7 @@ void pack_b_rows(const Problem& P, i64 q0, i64 q1, u32* b) {
       for (i64 q = qb; q < qe; ++q) {
         const i64 n0 = q * NP, cols = std::min<i64>(NP, P.N - n0);
         u32* out = b + (q * KP + p) * NP;
-        pairs_across(lo + n0, hi ? hi + n0 : nullptr, cols, out);
+        pairs_across(lo + n0, hi ? hi + n0 : nullptr, cols, out, P.native);
         if (cols < NP) std::fill(out + cols, out + NP, 0u);  // the columns past N
       }
     }
@@ -124,8 +161,9 @@ void pack_b_cols(const Problem& P, i64 q0, i64 q1, u32* b, std::vector<u32>& tmp
   for (i64 q = q0; q < q1; ++q) {
     u32* panel = b + q * KP * NP;
     const i64 n0 = q * NP, cols = std::min<i64>(NP, P.N - n0);
-    tmp.assign(std::size_t(NP * KP), 0u);
-    for (i64 j = 0; j < cols; ++j) pairs_along(P.B + (n0 + j) * P.ldb, P.K, tmp.data() + j * KP);
+    tmp.resize(std::size_t(NP * KP));
+    std::fill(tmp.begin() + cols * KP, tmp.end(), 0u);  // the columns past N
+    for (i64 j = 0; j < cols; ++j) pairs_along(P.B + (n0 + j) * P.ldb, P.K, tmp.data() + j * KP, P.native);
     i64 p = 0;
 #if defined(__AVX512F__) && !defined(GG_SCALAR)
     for (; p + 16 <= KP; p += 16) {
@@ -145,14 +183,14 @@ void pack_b_cols(const Problem& P, i64 q0, i64 q1, u32* b, std::vector<u32>& tmp
 void pack_a(const Problem& P, i64 m0, i64 m1, u32* a) {
   const i64 KP = P.KP;
   if (!P.ta) {
-    for (i64 m = m0; m < m1; ++m) pairs_along(P.A + m * P.lda, P.K, a + (m - m0) * KP);
+    for (i64 m = m0; m < m1; ++m) pairs_along(P.A + m * P.lda, P.K, a + (m - m0) * KP, P.native);
     return;
   }
   const i64 rows = m1 - m0, slivers = (rows + MR - 1) / MR;
   alignas(64) u32 run[MB];
   for (i64 p = 0; p < KP; ++p) {  // A is (K, M): rows 2p and 2p + 1 of A give pair p of every row
     const float* lo = P.A + 2 * p * P.lda + m0;
-    pairs_across(lo, 2 * p + 1 < P.K ? lo + P.lda : nullptr, rows, run);
+    pairs_across(lo, 2 * p + 1 < P.K ? lo + P.lda : nullptr, rows, run, P.native);
     for (i64 s = 0; s < slivers; ++s) {
       u32* out = a + s * KP * MR + p * MR;
       const i64 n = std::min<i64>(MR, rows - s * MR);
@@ -196,7 +234,7 @@ void tile_emulated(TileA A, const u32* b0, const u32* b1, i64 KP, float* out, i6
 
 #ifdef GG_BF16_X86
 template <bool SLIVER>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void tile_native(TileA A, const u32* b0, const u32* b1,
+GG_BF16_TARGET void tile_native(TileA A, const u32* b0, const u32* b1,
                                                                                 i64 KP, float* out, i64 ld) {
   __m512 c0[MR], c1[MR];
   for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
@@ -294,7 +332,8 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
                std::int64_t ldc, Bf16Path path, const std::function<void(std::int64_t, std::int64_t)>* rows_done) {
   if (M <= 0 || N <= 0) return;
   if (path == Bf16Path::native && !cpu_has_avx512_bf16()) path = Bf16Path::emulated;
-  const Problem P{{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc}, (K + 1) / 2, (N + NP - 1) / NP};
+  const Problem P{{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc}, (K + 1) / 2, (N + NP - 1) / NP,
+                  path == Bf16Path::native};
   // op(B) packed once, shared by every block (the caller's buffer: it waits for the blocks).
   thread_local std::vector<u32> packed_b;
   packed_b.resize(std::size_t(P.panels * P.KP * NP));

@@ -39,8 +39,9 @@ Bf16Path bf16_path();
 // "AVX512_BF16 (VDPBF16PS)" or "emulated in f32 (this CPU has no AVX512_BF16: not faster than f32)".
 std::string bf16_path_name(Bf16Path path = bf16_path());
 
-// C = alpha * op(A) @ op(B) + beta * C with the operands rounded to bf16 and the products
-// summed in f32: row-major, as gemm() (ops/cpu/gemm.h). Each result is the sum over k in
+// C = alpha * op(A) @ op(B) + beta * C with the operands rounded to bf16 (to_bf16, a
+// denormal read as zero first, as VCVTNE2PS2BF16 does) and the products summed in f32:
+// row-major, as gemm() (ops/cpu/gemm.h). Each result is the sum over k in
 // pairs (k = 2p, 2p + 1) in increasing p, VDPBF16PS's order: acc += a[2p+1] * b[2p+1], then
 // acc += a[2p] * b[2p], each a fused multiply-add rounded to f32 (denormal operands, sums and
 // results read and written as zero, as the instruction does); then alpha * acc + beta * C.
