@@ -9,6 +9,7 @@
 #include <bit>
 #include <atomic>
 #include <memory>
+#include <stdexcept>
 #include <cfloat>
 #include <cmath>
 #include <functional>
@@ -131,6 +132,8 @@ inline void pairs_across(const float* lo, const float* hi, i64 n, u32* out, bool
 struct Problem : GemmProblem {
   i64 KP, panels;  // pairs of depth, panels of op(B)
   bool native;     // rounding by VCVTNE2PS2BF16 (the same bits)
+  i64 b_stride;    // pairs a packed panel holds (KP, or more when the product sums part of them)
+  i64 c_col0;      // the packed column that is C's column 0
 };
 
 // op(B) not transposed (B is (K, N)): panels [q0, q1). Depth rows 2p and 2p + 1 give pair
@@ -270,8 +273,8 @@ void block(const Problem& P, const u32* b, i64 m0, i64 m1, i64 j0, i64 j1, const
   thread_local std::vector<u32> edge;  // the block's last rows, the missing ones repeating the last
   for (i64 n0 = j0; n0 < j1; n0 += NR) {
     const int cols = int(std::min<i64>(NR, j1 - n0));
-    const u32* b0 = b + (n0 / NP) * KP * NP;
-    const u32* b1 = cols > NP ? b0 + KP * NP : b0;  // one panel: the second is a copy, not stored
+    const u32* b0 = b + (n0 / NP) * P.b_stride * NP;
+    const u32* b1 = cols > NP ? b0 + P.b_stride * NP : b0;  // one panel: the second is a copy, not stored
     for (i64 r0 = 0; r0 < rows; r0 += MR) {
       const int tr = int(std::min<i64>(MR, rows - r0));
       // Rows past the block in a tile: the last row again (rows) or the sliver's zeros.
@@ -281,7 +284,7 @@ void block(const Problem& P, const u32* b, i64 m0, i64 m1, i64 j0, i64 j1, const
         for (int r = 0; r < MR; ++r) std::copy_n(A.a + std::min(r, tr - 1) * KP, KP, edge.data() + r * KP);
         A = TileA{edge.data(), KP, 1};
       }
-      float* c = P.C + (m0 + r0) * P.ldc + n0;
+      float* c = P.C + (m0 + r0) * P.ldc + (n0 - P.c_col0);
       const bool direct = plain && tr == MR && cols == NR;  // the sums go straight to C
       float* out = direct ? c : &acc[0][0];
       const i64 ld = direct ? P.ldc : NR;
@@ -333,7 +336,7 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
   if (M <= 0 || N <= 0) return;
   if (path == Bf16Path::native && !cpu_has_avx512_bf16()) path = Bf16Path::emulated;
   const Problem P{{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc}, (K + 1) / 2, (N + NP - 1) / NP,
-                  path == Bf16Path::native};
+                  path == Bf16Path::native, (K + 1) / 2, 0};
   // op(B) packed once, shared by every block (the caller's buffer: it waits for the blocks).
   thread_local std::vector<u32> packed_b;
   packed_b.resize(std::size_t(P.panels * P.KP * NP));
@@ -382,6 +385,37 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
   } else {
     pack_panels(0, pack_items);
     run_items(0, blocks * chunks);
+  }
+}
+
+// ---- op(B) packed once, products against parts of it ---------------------------------------
+
+Bf16PackedB::Bf16PackedB(bool trans_b, std::int64_t K, std::int64_t N, const float* B, std::int64_t ldb, Bf16Path path)
+    : K_(K), N_(N), native_(path == Bf16Path::native && cpu_has_avx512_bf16()) {
+  const Problem P{{false, trans_b, 0, N, K, 1.f, nullptr, 0, B, ldb, 0.f, nullptr, 0}, (K + 1) / 2, (N + NP - 1) / NP,
+                  native_, (K + 1) / 2, 0};
+  b_.resize(std::size_t(P.panels * P.KP * NP));
+  thread_local std::vector<u32> tmp;
+  if (trans_b) pack_b_cols(P, 0, P.panels, b_.data(), tmp);
+  else pack_b_rows(P, 0, P.panels, b_.data());
+}
+
+void Bf16PackedB::product(bool trans_a, std::int64_t M, const float* A, std::int64_t lda, std::int64_t j0,
+                          std::int64_t cols, std::int64_t k0, std::int64_t k1, float* C, std::int64_t ldc) const {
+  if (j0 < 0 || cols < 0 || j0 + cols > N_ || j0 % NP || k0 < 0 || k0 % 2 || k1 < k0 || k1 > K_ || (k1 % 2 && k1 != K_))
+    throw std::invalid_argument("Bf16PackedB::product: columns from a multiple of 16, depth [k0, k1) in whole pairs");
+  if (M <= 0 || cols <= 0) return;
+  const i64 K = k1 - k0, KP = (K + 1) / 2;
+  // op(A)'s terms [k0, k1) and the panels' pairs from k0 / 2: the sums a gemm_bf16 of those parts makes
+  const float* a = trans_a ? A + k0 * lda : A + k0;
+  const Problem P{{trans_a, false, M, cols, K, 1.f, a, lda, nullptr, 0, 0.f, C, ldc}, KP, 0, native_, (K_ + 1) / 2, j0};
+  const Bf16Path path = native_ ? Bf16Path::native : Bf16Path::emulated;
+  thread_local std::vector<u32> abuf;
+  for (i64 m0 = 0; m0 < M; m0 += MB) {
+    const i64 m1 = std::min(M, m0 + MB);
+    abuf.resize(std::size_t((m1 - m0 + MR - 1) / MR * MR * KP));
+    pack_a(P, m0, m1, abuf.data());
+    block(P, b_.data() + (k0 / 2) * NP, m0, m1, j0, j0 + cols, abuf, path);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace gg {
 
@@ -52,6 +53,24 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
                const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
                std::int64_t ldc, Bf16Path path = bf16_path(),
                const std::function<void(std::int64_t, std::int64_t)>* rows_done = nullptr);
+
+// op(B) (K x N, row-major as gemm_bf16's B) rounded and packed once, for several products
+// against parts of it: the planner's masked attention products, whose blocks of rows each
+// need a range of op(B)'s columns or of its depth. product() sets C = op(A)[:, k0:k1] @
+// op(B)[k0:k1, j0:j0+cols] (op(A) is M x K; C's column 0 is op(B)'s column j0), the bits
+// gemm_bf16 gives on those parts. j0 is a multiple of 16 and [k0, k1) holds whole pairs (k0
+// even, k1 even or K), else std::invalid_argument. Runs on the calling thread.
+class Bf16PackedB {
+ public:
+  Bf16PackedB(bool trans_b, std::int64_t K, std::int64_t N, const float* B, std::int64_t ldb, Bf16Path path = bf16_path());
+  void product(bool trans_a, std::int64_t M, const float* A, std::int64_t lda, std::int64_t j0, std::int64_t cols,
+               std::int64_t k0, std::int64_t k1, float* C, std::int64_t ldc) const;
+
+ private:
+  std::vector<std::uint32_t> b_;
+  std::int64_t K_, N_;
+  bool native_;
+};
 
 // The machine's bf16 dot-product peak, as measure_fma_peak (ops/cpu/peak.h) measures the f32
 // one: independent VDPBF16PS accumulators, one thread then every thread; 4 flops per f32

@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
+#include <stdexcept>
 #include <cmath>
 #include <functional>
 #include <cstring>
@@ -221,6 +223,34 @@ TEST_CASE("bf16 product: rows_done reports every row once, after its values are 
   gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, 1.f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.f, C.data(), o.ldc, bf16_path(), &done);
   CHECK(early == 0);
   CHECK(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }));
+}
+
+TEST_CASE("bf16 product: op(B) packed once gives gemm_bf16's bits on every part of it") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (Bf16Path path : {Bf16Path::emulated, Bf16Path::native}) {
+        if (path == Bf16Path::native && !cpu_has_avx512_bf16()) continue;
+        const Case c{ta, tb, 37, 70, 51, 1.f, 0.f};
+        Operands o = make(c, 13);
+        const Bf16PackedB packed(tb, c.K, c.N, o.B.data(), o.ldb, path);
+        // parts: columns from a multiple of 16, depth in whole pairs (to K when K is odd)
+        for (auto [j0, cols, k0, k1] : {std::array<std::int64_t, 4>{0, 70, 0, 51}, {16, 40, 0, 20}, {32, 38, 10, 51},
+                                        {48, 5, 50, 51}, {0, 1, 2, 4}}) {
+          INFO("ta " << ta << " tb " << tb << " j0 " << j0 << " cols " << cols << " k " << k0 << ".." << k1);
+          std::vector<float> got(std::size_t(c.M * cols), -1.f), want(got.size(), -2.f);
+          packed.product(ta, c.M, o.A.data(), o.lda, j0, cols, k0, k1, got.data(), cols);
+          const float* a = ta ? o.A.data() + k0 * o.lda : o.A.data() + k0;
+          const float* b = tb ? o.B.data() + j0 * o.ldb + k0 : o.B.data() + k0 * o.ldb + j0;
+          gemm_bf16(ta, tb, c.M, cols, k1 - k0, 1.f, a, o.lda, b, o.ldb, 0.f, want.data(), cols, path);
+          std::int64_t differ = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) differ += bits(got[i]) != bits(want[i]);
+          CHECK(differ == 0);
+        }
+        std::vector<float> out(std::size_t(c.M * c.N));
+        CHECK_THROWS_AS(packed.product(ta, c.M, o.A.data(), o.lda, 8, 10, 0, 4, out.data(), c.N), std::invalid_argument);
+        CHECK_THROWS_AS(packed.product(ta, c.M, o.A.data(), o.lda, 0, 10, 1, 4, out.data(), c.N), std::invalid_argument);
+        CHECK_THROWS_AS(packed.product(ta, c.M, o.A.data(), o.lda, 0, 10, 0, 3, out.data(), c.N), std::invalid_argument);
+      }
 }
 
 // ---- bf16 products in a graph (Attrs::bf16, Bf16Products) ----------------------------
