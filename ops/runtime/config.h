@@ -15,6 +15,9 @@ struct EnvConfig {
   bool simplify = true, remat = true, fuse = true, compiled = true, slice = true, masked = true, in_place = true,
        epilogue = true;
   bool detect_anomaly = false;  // GG_DETECT_ANOMALY: on when set to anything but "" or "0"
+  // GG_FUSED_ATTENTION: dsl::attention builds the fused attention primitive where nothing
+  // reads the weights (dsl/nn.h), unless "0" (then always its composition of primitives).
+  bool fused_attention = true;
   // Kernels and threads: on unless the variable is "0".
   bool steal = true, split_depth = true, shares = true;
   // GG_BF16_NATIVE: bf16 products use AVX512_BF16 where the CPU has it, unless "0" (then the
