@@ -287,7 +287,8 @@ AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt, L
   const bool same_batch = q.rank() == k.rank() && q.rank() == v.rank() &&
                           std::equal(q.shape().begin(), q.shape().end() - 2, k.shape().begin()) &&
                           std::equal(q.shape().begin(), q.shape().end() - 2, v.shape().begin());
-  const bool fused = opt.fused.value_or(g.fused_attention().value_or(env_config().fused_attention));
+  const std::optional<bool> chosen = opt.fused ? opt.fused : g.fused_attention() ? g.fused_attention() : env_config().fused_attention;
+  const bool fused = chosen.value_or(k.dim(-2) > fused_attention_keys);
   if (!fused || dropping || !same_batch) {
     Expr out = matmul(dropout(weights, opt.dropout, opt.training, loc), v, false, false, loc);  // out: (..., Tq, hv)
     return {out, weights};

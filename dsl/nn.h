@@ -101,13 +101,19 @@ struct AttentionOptions {
   bool training = false;
   bool scale = true;         // multiply scores by head_size^-0.5 (off for the ablation)
   // The fused primitive pair (ops/primitives/attention.cpp: by blocks of keys with an online
-  // softmax, the (Tq, Tk) weights never stored, memory linear in T) for `out`, or its
-  // composition of primitives. Unset: a FusedAttention scope open on the graph decides,
-  // else GG_FUSED_ATTENTION (on by default). The fused path is never taken with dropout
-  // on the weights while training (the composition draws and applies the mask), nor when
-  // q, k and v differ in batch dims; then `out` is the composition's.
+  // softmax, the (Tq, Tk) weights never stored, memory linear in T) for `out` (true), or its
+  // composition of primitives (false). Unset: a FusedAttention scope open on the graph
+  // decides, else GG_FUSED_ATTENTION, else the size: fused above fused_attention_keys
+  // keys, where it is faster than the composition's plan and its memory linear in T (at
+  // fewer keys the composition's batch-slice chains and masked products ran faster:
+  // docs/long-context.md). The fused path is never taken with dropout on the weights while
+  // training (the composition draws and applies the mask), nor when q, k and v differ in
+  // batch dims; then `out` is the composition's.
   std::optional<bool> fused;
 };
+
+// When nothing else decides (AttentionOptions::fused), attention with more keys than this is fused.
+inline constexpr std::int64_t fused_attention_keys = 512;
 
 struct AttentionResult {
   Expr out;      // (..., Tq, hs)

@@ -131,7 +131,7 @@ class Model {
   bool bf16_products() const { return bf16_; }
   // Whether dsl::attention builds the fused attention primitive pair in the plans built from
   // now on (a FusedAttention scope around each graph; dsl/nn.h's AttentionOptions::fused);
-  // unset, the environment decides (GG_FUSED_ATTENTION). Plans are cached per setting.
+  // unset, GG_FUSED_ATTENTION or else the number of keys decides. Plans are cached per setting.
   void set_fused_attention(std::optional<bool> on);
   const std::optional<bool>& fused_attention() const { return fused_attention_; }
 

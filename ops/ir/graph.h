@@ -236,7 +236,7 @@ class Bf16Products {
 
 // RAII: while open, dsl::attention builds the fused attention primitive (on) or its
 // composition of primitives (off) where its options leave the choice open (dsl/nn.h's
-// AttentionOptions::fused); with none open, the environment decides (GG_FUSED_ATTENTION).
+// AttentionOptions::fused); with none open, GG_FUSED_ATTENTION decides, else the size.
 // train::Model opens one around each graph it builds (Model::set_fused_attention).
 class FusedAttention {
  public:

@@ -122,8 +122,10 @@ void mask_block(const Dims& d, const float* mask, i64 n, i64 i0, i64 rows, i64 j
       if (m[0] == 0.f) std::fill(sr, sr + cols, kNegInf);
       continue;
     }
-    for (i64 c = 0; c < cols; ++c)
-      if (m[j0 + c] == 0.f) sr[c] = kNegInf;
+    simd::zip(std::size_t(cols), sr, sr, m + j0, [](auto x, auto keep) {
+      using V = decltype(x);
+      return simd::select(simd::not_equal(keep, V(0.f)), x, V(kNegInf));
+    });
   }
 }
 
@@ -146,12 +148,16 @@ void attention_kernel(const KernelArgs& a) {
   const i64 nqb = d.nqb(), nkb = d.nkb(), hv = d.hv, hs = d.hs;
   parallel_for(d.N * nqb, 1, [&](i64 b, i64 e) {
     // A thread's scratch: the block's scores then probabilities S (BQ, BK), the output's
-    // running sum acc (BQ, hv), the running max m and sum l per row.
-    std::vector<float> buf(std::size_t(BQ * BK + BQ * hv + 2 * BQ));
+    // running sum acc (BQ, hv), per row the running max m and sum l, and the block's max
+    // mx, shift and rescaling factor corr.
+    std::vector<float> buf(std::size_t(BQ * BK + BQ * hv + 5 * BQ));
     float* S = buf.data();
     float* acc = S + BQ * BK;
     float* m = acc + BQ * hv;
     float* l = m + BQ;
+    float* mx = l + BQ;
+    float* shift = mx + BQ;
+    float* corr = shift + BQ;
     for (i64 t = b; t < e; ++t) {
       const i64 n = t / nqb, qb = interleaved(t % nqb, nqb), i0 = qb * BQ, rows = std::min(BQ, d.Tq - i0);
       const float* qi = q + (n * d.Tq + i0) * hs;  // qi: (rows, hs)
@@ -165,20 +171,26 @@ void attention_kernel(const KernelArgs& a) {
         // S = scale qi kj^T: (rows, cols)
         gemm(false, true, rows, cols, hs, scale, qi, hs, k + (n * d.Tk + j0) * hs, hs, 0.f, S, BK);
         if (blk == mixed) mask_block(d, mask, n, i0, rows, j0, cols, S);
+        // Per row: the block's max, the running max with it, the shift (0 while no key has
+        // been seen: all -inf so far, so that exp gives 0, not NaN) and the factor that
+        // rescales the old sums to the new max; across rows at once, as vectors.
+        for (i64 r = 0; r < rows; ++r) mx[r] = simd::max_of(std::size_t(cols), S + r * BK);
+        simd::zip(std::size_t(rows), mx, m, mx, [](auto old, auto blk) { return simd::max(old, blk); });
+        simd::map(std::size_t(rows), shift, mx, [](auto mnew) {
+          using V = decltype(mnew);
+          return simd::select(simd::not_equal(mnew, V(kNegInf)), mnew, V(0.f));
+        });
+        simd::zip(std::size_t(rows), corr, m, shift, [](auto old, auto sh) { return simd::exp(old - sh); });
+        std::copy(mx, mx + rows, m);
         for (i64 r = 0; r < rows; ++r) {
           float* sr = S + r * BK;
-          const float mnew = std::max(m[r], simd::max_of(std::size_t(cols), sr));
-          // No key seen yet for this row (all -inf so far): shift by 0, so that exp gives 0, not NaN.
-          const float shift = mnew == kNegInf ? 0.f : mnew;
-          const float corr = std::exp(m[r] - shift);  // the old sums rescaled to the new max
-          simd::map(std::size_t(cols), sr, sr, [shift](auto x) {
+          const float sh = shift[r];
+          l[r] = l[r] * corr[r] + simd::map_sum(std::size_t(cols), sr, sr, [sh](auto x) {
             using V = decltype(x);
-            return simd::exp(x - V(shift));
+            return simd::exp(x - V(sh));
           });
-          l[r] = l[r] * corr + simd::sum(std::size_t(cols), sr);
-          m[r] = mnew;
-          if (corr != 1.f)
-            for (i64 c = 0; c < hv; ++c) acc[r * hv + c] *= corr;
+          if (corr[r] != 1.f)
+            for (i64 c = 0; c < hv; ++c) acc[r * hv + c] *= corr[r];
         }
         // acc += P vj: (rows, hv)
         gemm(false, false, rows, hv, cols, 1.f, S, BK, v + (n * d.Tk + j0) * hv, hv, 1.f, acc, hv);

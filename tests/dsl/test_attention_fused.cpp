@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "autodiff/grad.h"
+#include "autodiff/grad_stats.h"
 #include "dsl/nn.h"
 #include "ops/cpu/threads.h"
 #include "ops/runtime/config.h"
@@ -233,35 +234,43 @@ TEST_CASE("fused attention: a program that reads the weights gets them, and thei
   }
 }
 
-TEST_CASE("fused attention: the switch, a FusedAttention scope and the environment's default") {
+TEST_CASE("fused attention: the option, a FusedAttention scope, the environment and the size") {
   Graph g;
-  Expr q = input(g, "q", {1, 4, 8}), k = input(g, "k", {1, 4, 8}), v = input(g, "v", {1, 4, 8});
   auto count = [&] {
     int n = 0;
     for (const Node& x : g.nodes()) n += x.op == OpKind::attention;
     return n;
   };
-  attention(q, k, v);
-  CHECK(count() == (env_config().fused_attention ? 1 : 0));
+  const std::int64_t long_t = fused_attention_keys + 1;
+  Expr q = input(g, "q", {1, 4, 8}), k = input(g, "k", {1, 4, 8}), v = input(g, "v", {1, 4, 8});
+  Expr kl = input(g, "kl", {1, long_t, 8}), vl = input(g, "vl", {1, long_t, 8});
+  const std::optional<bool> env = env_config().fused_attention;
+  attention(q, k, v);    // 4 keys: the composition, unless the environment forces it
+  attention(q, kl, vl);  // more than fused_attention_keys: fused, unless the environment says 0
+  CHECK(count() == (env ? (*env ? 2 : 0) : 1));
+  const int before = count();
   {
     FusedAttention off(g, false);
-    attention(q, k, v);
-    CHECK(count() == (env_config().fused_attention ? 1 : 0));
+    attention(q, kl, vl);
+    CHECK(count() == before);
     AttentionOptions o;
     o.fused = true;  // the option wins over the scope
     attention(q, k, v, o);
-    CHECK(count() == (env_config().fused_attention ? 2 : 1));
+    CHECK(count() == before + 1);
   }
   {
     FusedAttention on(g, true);
-    const int before = count();
     attention(q, k, v);
-    CHECK(count() == before + 1);
+    CHECK(count() == before + 2);
   }
   ::setenv("GG_FUSED_ATTENTION", "0", 1);
+  CHECK(read_env_config().fused_attention == std::optional<bool>(false));
+  ::setenv("GG_FUSED_ATTENTION", "1", 1);
+  CHECK(read_env_config().fused_attention == std::optional<bool>(true));
+  ::setenv("GG_FUSED_ATTENTION", "auto", 1);
   CHECK_FALSE(read_env_config().fused_attention);
-  ::unsetenv("GG_FUSED_ATTENTION");
-  CHECK(read_env_config().fused_attention);
+  if (env) ::setenv("GG_FUSED_ATTENTION", *env ? "1" : "0", 1);
+  else ::unsetenv("GG_FUSED_ATTENTION");
 }
 
 TEST_CASE("fused attention: dropout on the weights while training keeps the composition") {
@@ -359,5 +368,21 @@ TEST_CASE("fused attention: second derivatives refuse by name; the composition g
     } else {
       CHECK(hvp(loss, ps, vs).size() == 3);
     }
+  }
+}
+
+TEST_CASE("fused attention: the key bias's gradient is still zero by construction (the softmax's shift invariance)") {
+  for (bool fused : {true, false}) {
+    Graph g;
+    FusedAttention choice(g, fused);
+    Expr x = input(g, "x", {2, 5, 8});
+    Expr loss = test::weighted_sum(multi_head_attention(x, 2, "attn", true, {.mask = causal_mask(g, 5)}).out);
+    CHECK(uses(g, OpKind::attention) == fused);
+    std::vector<NodeId> ps;
+    for (Expr p : params(g)) ps.push_back(p.id);
+    const std::vector<ZeroGrad> z = structurally_zero_grads(g, loss.id, ps);
+    REQUIRE(z.size() == 1);
+    CHECK(z[0].name == "attn.key.bias");
+    CHECK(z[0].reason.find("shift invariance") != std::string::npos);
   }
 }
