@@ -70,46 +70,101 @@ const float* mask_row(const Dims& d, const float* mask, i64 s, i64 i) {
 }
 
 // What the mask makes of a block: every score masked (skipped), none masked (no per-element
-// mask), or some (masked element by element).
+// mask), or some (masked element by element, in strips: see Blocks).
 enum Block : std::uint8_t { skip = 0, whole = 1, mixed = 2 };
 
-// The blocks of every mask slice: [(s * nqb + qb) * nkb + kb]; empty without a mask (every
-// block whole). One read of the mask a kernel call, shared by the batch indices that read
-// the same slice. A nonzero entry (NaN too) attends, as `where` reads a condition.
-std::vector<std::uint8_t> classify(const Dims& d, const float* mask) {
-  if (!d.masked) return {};
+// A mixed block is computed in strips of SR rows, each over only the columns its rows attend
+// to (causal attention's diagonal blocks: a strip's first columns, about half the block).
+constexpr i64 SR = 16, kStrips = BQ / SR;
+static_assert(BQ % SR == 0 && BK < 256);
+
+// The blocks of every mask slice, [(s * nqb + qb) * nkb + kb]: what the mask makes of each
+// (cls) and, for each of a block's strips, the columns its rows attend to, [first, end)
+// within the block (span, two bytes a strip; empty when first == end). Both empty without a
+// mask (every block whole). One read of the mask a kernel call, shared by the batch indices
+// that read the same slice. A nonzero entry (NaN too) attends, as `where` reads a condition.
+struct Blocks {
+  std::vector<std::uint8_t> cls, span;
+};
+
+Blocks classify(const Dims& d, const float* mask) {
+  Blocks bl;
+  if (!d.masked) return bl;
   const i64 nqb = d.nqb(), nkb = d.nkb();
-  std::vector<std::uint8_t> cls(std::size_t(d.slices * nqb * nkb));
+  bl.cls.assign(std::size_t(d.slices * nqb * nkb), skip);
+  bl.span.assign(bl.cls.size() * kStrips * 2, 0);
   parallel_for(d.slices * nqb, 1, [&](i64 b, i64 e) {
     std::vector<char> ones(static_cast<std::size_t>(nkb)), zeros(static_cast<std::size_t>(nkb));
     for (i64 t = b; t < e; ++t) {
-      const i64 s = t / nqb, qb = t % nqb, i0 = qb * BQ, i1 = d.mq == 1 ? i0 + 1 : std::min(d.Tq, i0 + BQ);
+      const i64 s = t / nqb, qb = t % nqb, i0 = qb * BQ, i1 = std::min(d.Tq, i0 + BQ);
       std::fill(ones.begin(), ones.end(), 0);
       std::fill(zeros.begin(), zeros.end(), 0);
+      std::uint8_t* span = bl.span.data() + t * nkb * kStrips * 2;  // span[(kb * kStrips + strip) * 2 + 0|1]
+      for (i64 kb = 0; kb < nkb; ++kb)
+        for (i64 st = 0; st < kStrips; ++st) span[(kb * kStrips + st) * 2] = std::uint8_t(BK);  // first: none yet
       for (i64 i = i0; i < i1; ++i) {
+        if (d.mq == 1 && i > i0) {  // the same row for every query: copy the first's spans down
+          for (i64 kb = 0; kb < nkb; ++kb)
+            for (i64 st = 1; st < kStrips; ++st)
+              for (int c = 0; c < 2; ++c) span[(kb * kStrips + st) * 2 + c] = span[kb * kStrips * 2 + c];
+          break;
+        }
         const float* row = mask_row(d, mask, s, i);
+        const i64 st = (i - i0) / SR;
         for (i64 kb = 0; kb < nkb; ++kb) {
+          const i64 j0 = kb * BK, cols = std::min(BK, d.Tk - j0);
+          i64 nz = 0, first = cols, end = 0;
           if (d.mk == 1) {
-            (row[0] != 0.f ? ones : zeros)[std::size_t(kb)] = 1;
-            continue;
+            nz = row[0] != 0.f ? cols : 0;
+          } else {
+            for (i64 j = 0; j < cols; ++j) nz += row[j0 + j] != 0.f;
           }
-          const i64 j0 = kb * BK, j1 = std::min(d.Tk, j0 + BK);
-          i64 nz = 0;
-          for (i64 j = j0; j < j1; ++j) nz += row[j] != 0.f;
+          if (nz == cols) first = 0, end = cols;
+          else if (nz > 0)  // a row that is part masked: where its attended columns start and end
+            for (i64 j = 0; j < cols; ++j)
+              if (row[j0 + j] != 0.f) first = std::min(first, j), end = j + 1;
           if (nz > 0) ones[std::size_t(kb)] = 1;
-          if (nz < j1 - j0) zeros[std::size_t(kb)] = 1;
+          if (nz < cols) zeros[std::size_t(kb)] = 1;
+          std::uint8_t* sp = span + (kb * kStrips + st) * 2;
+          if (first < end) sp[0] = std::uint8_t(std::min<i64>(sp[0], first)), sp[1] = std::uint8_t(std::max<i64>(sp[1], end));
         }
       }
       for (i64 kb = 0; kb < nkb; ++kb)
-        cls[std::size_t(t * nkb + kb)] = !ones[std::size_t(kb)] ? skip : zeros[std::size_t(kb)] ? mixed : whole;
+        bl.cls[std::size_t(t * nkb + kb)] = !ones[std::size_t(kb)] ? skip : zeros[std::size_t(kb)] ? mixed : whole;
     }
   });
-  return cls;
+  return bl;
 }
 
-Block block_of(const Dims& d, const std::vector<std::uint8_t>& cls, i64 n, i64 qb, i64 kb) {
-  if (cls.empty()) return whole;
-  return Block(cls[std::size_t((d.slice_of[std::size_t(n)] * d.nqb() + qb) * d.nkb() + kb)]);
+// The index of block (qb, kb) of batch index n among Blocks' entries.
+i64 block_index(const Dims& d, i64 n, i64 qb, i64 kb) {
+  return (d.slice_of[std::size_t(n)] * d.nqb() + qb) * d.nkb() + kb;
+}
+
+Block block_of(const Dims& d, const Blocks& bl, i64 n, i64 qb, i64 kb) {
+  if (bl.cls.empty()) return whole;
+  return Block(bl.cls[std::size_t(block_index(d, n, qb, kb))]);
+}
+
+// A rectangle of a block that is computed: rows [r0, r0 + rows) and columns [c0, c0 + cols)
+// of the block, masked element by element or not.
+struct Tile {
+  i64 r0, rows, c0, cols;
+  bool masked;
+};
+
+// The tiles of block (qb, kb) of batch index n (rows x cols): the whole block, or a mixed
+// one's strips that attend to some key, each over its own columns.
+template <class F>
+void for_tiles(const Dims& d, const Blocks& bl, i64 n, i64 qb, i64 kb, i64 rows, i64 cols, F f) {
+  const Block blk = block_of(d, bl, n, qb, kb);
+  if (blk == skip) return;
+  if (blk == whole) return f(Tile{0, rows, 0, cols, false});
+  const std::uint8_t* span = bl.span.data() + block_index(d, n, qb, kb) * kStrips * 2;
+  for (i64 st = 0; st * SR < rows; ++st) {
+    const i64 first = span[st * 2], end = span[st * 2 + 1];
+    if (first < end) f(Tile{st * SR, std::min(SR, rows - st * SR), first, end - first, true});
+  }
 }
 
 // -inf where the mask is 0 in a mixed block's scores S (rows x cols, row stride BK).
@@ -144,7 +199,7 @@ void attention_kernel(const KernelArgs& a) {
   const float *q = a.in[0].f(), *k = a.in[1].f(), *v = a.in[2].f();
   const float* mask = d.masked ? a.in[3].f() : nullptr;
   float* out = a.out.f();
-  const std::vector<std::uint8_t> cls = classify(d, mask);
+  const Blocks blocks = classify(d, mask);
   const i64 nqb = d.nqb(), nkb = d.nkb(), hv = d.hv, hs = d.hs;
   parallel_for(d.N * nqb, 1, [&](i64 b, i64 e) {
     // A thread's scratch: the block's scores then probabilities S (BQ, BK), the output's
@@ -165,35 +220,37 @@ void attention_kernel(const KernelArgs& a) {
       std::fill(m, m + rows, kNegInf);
       std::fill(l, l + rows, 0.f);
       for (i64 kb = 0; kb < nkb; ++kb) {
-        const Block blk = block_of(d, cls, n, qb, kb);
-        if (blk == skip) continue;
-        const i64 j0 = kb * BK, cols = std::min(BK, d.Tk - j0);
-        // S = scale qi kj^T: (rows, cols)
-        gemm(false, true, rows, cols, hs, scale, qi, hs, k + (n * d.Tk + j0) * hs, hs, 0.f, S, BK);
-        if (blk == mixed) mask_block(d, mask, n, i0, rows, j0, cols, S);
-        // Per row: the block's max, the running max with it, the shift (0 while no key has
-        // been seen: all -inf so far, so that exp gives 0, not NaN) and the factor that
-        // rescales the old sums to the new max; across rows at once, as vectors.
-        for (i64 r = 0; r < rows; ++r) mx[r] = simd::max_of(std::size_t(cols), S + r * BK);
-        simd::zip(std::size_t(rows), mx, m, mx, [](auto old, auto blk) { return simd::max(old, blk); });
-        simd::map(std::size_t(rows), shift, mx, [](auto mnew) {
-          using V = decltype(mnew);
-          return simd::select(simd::not_equal(mnew, V(kNegInf)), mnew, V(0.f));
-        });
-        simd::zip(std::size_t(rows), corr, m, shift, [](auto old, auto sh) { return simd::exp(old - sh); });
-        std::copy(mx, mx + rows, m);
-        for (i64 r = 0; r < rows; ++r) {
-          float* sr = S + r * BK;
-          const float sh = shift[r];
-          l[r] = l[r] * corr[r] + simd::map_sum(std::size_t(cols), sr, sr, [sh](auto x) {
-            using V = decltype(x);
-            return simd::exp(x - V(sh));
+        const i64 j0 = kb * BK;
+        for_tiles(d, blocks, n, qb, kb, rows, std::min(BK, d.Tk - j0), [&](const Tile& tl) {
+          const i64 tr = tl.rows, cols = tl.cols, jt = j0 + tl.c0;
+          float *mt = m + tl.r0, *lt = l + tl.r0, *at = acc + tl.r0 * hv;
+          // S = scale qi kj^T: (tr, cols), the tile's rows and keys
+          gemm(false, true, tr, cols, hs, scale, qi + tl.r0 * hs, hs, k + (n * d.Tk + jt) * hs, hs, 0.f, S, BK);
+          if (tl.masked) mask_block(d, mask, n, i0 + tl.r0, tr, jt, cols, S);
+          // Per row: the tile's max, the running max with it, the shift (0 while no key has
+          // been seen: all -inf so far, so that exp gives 0, not NaN) and the factor that
+          // rescales the old sums to the new max; across rows at once, as vectors.
+          for (i64 r = 0; r < tr; ++r) mx[r] = simd::max_of(std::size_t(cols), S + r * BK);
+          simd::zip(std::size_t(tr), mx, mt, mx, [](auto old, auto blk) { return simd::max(old, blk); });
+          simd::map(std::size_t(tr), shift, mx, [](auto mnew) {
+            using V = decltype(mnew);
+            return simd::select(simd::not_equal(mnew, V(kNegInf)), mnew, V(0.f));
           });
-          if (corr[r] != 1.f)
-            for (i64 c = 0; c < hv; ++c) acc[r * hv + c] *= corr[r];
-        }
-        // acc += P vj: (rows, hv)
-        gemm(false, false, rows, hv, cols, 1.f, S, BK, v + (n * d.Tk + j0) * hv, hv, 1.f, acc, hv);
+          simd::zip(std::size_t(tr), corr, mt, shift, [](auto old, auto sh) { return simd::exp(old - sh); });
+          std::copy(mx, mx + tr, mt);
+          for (i64 r = 0; r < tr; ++r) {
+            float* sr = S + r * BK;
+            const float sh = shift[r];
+            lt[r] = lt[r] * corr[r] + simd::map_sum(std::size_t(cols), sr, sr, [sh](auto x) {
+              using V = decltype(x);
+              return simd::exp(x - V(sh));
+            });
+            if (corr[r] != 1.f)
+              for (i64 c = 0; c < hv; ++c) at[r * hv + c] *= corr[r];
+          }
+          // acc += P vj: (tr, hv)
+          gemm(false, false, tr, hv, cols, 1.f, S, BK, v + (n * d.Tk + jt) * hv, hv, 1.f, at, hv);
+        });
       }
       for (i64 r = 0; r < rows; ++r) {
         float* o = out + (n * d.Tq + i0 + r) * (hv + 1);
@@ -233,7 +290,7 @@ void attention_back_kernel(const KernelArgs& a) {
       lse[std::size_t(i)] = fwd[i * ld + hv];
     }
   });
-  const std::vector<std::uint8_t> cls = classify(d, mask);
+  const Blocks blocks = classify(d, mask);
   const i64 groups = key_groups(d);
   // dq's parts, (groups, N, Tq, hs); with one group, dq itself.
   std::vector<float> parts(groups > 1 ? std::size_t(groups * rows_all * hs) : 0, 0.f);
@@ -256,35 +313,39 @@ void attention_back_kernel(const KernelArgs& a) {
         std::fill(dk, dk + cols * hs, 0.f);
         std::fill(dv, dv + cols * hv, 0.f);
         for (i64 qb = 0; qb < nqb; ++qb) {
-          const Block blk = block_of(d, cls, n, qb, kb);
-          if (blk == skip) continue;
-          const i64 i0 = qb * BQ, rows = std::min(BQ, d.Tq - i0), row0 = n * d.Tq + i0;
-          const float* qi = q + row0 * hs;      // qi: (rows, hs)
-          const float* doi = gout + row0 * ld;  // doi: (rows, hv), row stride hv + 1
-          // P = exp(scale qi kj^T - lse): (rows, cols); a masked score is -inf, its P 0.
-          gemm(false, true, rows, cols, hs, scale, qi, hs, kj, hs, 0.f, P, BK);
-          if (blk == mixed) mask_block(d, mask, n, i0, rows, j0, cols, P);
-          for (i64 r = 0; r < rows; ++r) {
-            const float shift = lse[std::size_t(row0 + r)];
-            simd::map(std::size_t(cols), P + r * BK, P + r * BK, [shift](auto x) {
-              using V = decltype(x);
-              return simd::exp(x - V(shift));
-            });
-          }
-          // dv += P^T doi: (cols, hv)
-          gemm(true, false, cols, hv, rows, 1.f, P, BK, doi, ld, 1.f, dv, hv);
-          // dP = doi vj^T: (rows, cols); then dS = P * (dP - D)
-          gemm(false, true, rows, cols, hv, 1.f, doi, ld, vj, hv, 0.f, dP, BK);
-          for (i64 r = 0; r < rows; ++r) {
-            const float Dr = D[std::size_t(row0 + r)];
-            simd::zip(std::size_t(cols), dP + r * BK, P + r * BK, dP + r * BK, [Dr](auto p, auto dp) {
-              using V = decltype(p);
-              return p * (dp - V(Dr));
-            });
-          }
-          // dq += scale dS kj: (rows, hs);  dk += scale dS^T qi: (cols, hs)
-          gemm(false, false, rows, hs, cols, scale, dP, BK, kj, hs, 1.f, dq + i0 * hs, hs);
-          gemm(true, false, cols, hs, rows, scale, dP, BK, qi, hs, 1.f, dk, hs);
+          const i64 i0 = qb * BQ;
+          for_tiles(d, blocks, n, qb, kb, std::min(BQ, d.Tq - i0), cols, [&](const Tile& tl) {
+            const i64 tr = tl.rows, tc = tl.cols, row0 = n * d.Tq + i0 + tl.r0;
+            const float* qi = q + row0 * hs;      // qi: (tr, hs)
+            const float* doi = gout + row0 * ld;  // doi: (tr, hv), row stride hv + 1
+            const float* kt = kj + tl.c0 * hs;    // kt: (tc, hs), the tile's keys
+            const float* vt = vj + tl.c0 * hv;    // vt: (tc, hv)
+            float *dkt = dk + tl.c0 * hs, *dvt = dv + tl.c0 * hv;
+            // P = exp(scale qi kt^T - lse): (tr, tc); a masked score is -inf, its P 0.
+            gemm(false, true, tr, tc, hs, scale, qi, hs, kt, hs, 0.f, P, BK);
+            if (tl.masked) mask_block(d, mask, n, i0 + tl.r0, tr, j0 + tl.c0, tc, P);
+            for (i64 r = 0; r < tr; ++r) {
+              const float shift = lse[std::size_t(row0 + r)];
+              simd::map(std::size_t(tc), P + r * BK, P + r * BK, [shift](auto x) {
+                using V = decltype(x);
+                return simd::exp(x - V(shift));
+              });
+            }
+            // dv += P^T doi: (tc, hv)
+            gemm(true, false, tc, hv, tr, 1.f, P, BK, doi, ld, 1.f, dvt, hv);
+            // dP = doi vt^T: (tr, tc); then dS = P * (dP - D)
+            gemm(false, true, tr, tc, hv, 1.f, doi, ld, vt, hv, 0.f, dP, BK);
+            for (i64 r = 0; r < tr; ++r) {
+              const float Dr = D[std::size_t(row0 + r)];
+              simd::zip(std::size_t(tc), dP + r * BK, P + r * BK, dP + r * BK, [Dr](auto p, auto dp) {
+                using V = decltype(p);
+                return p * (dp - V(Dr));
+              });
+            }
+            // dq += scale dS kt: (tr, hs);  dk += scale dS^T qi: (tc, hs)
+            gemm(false, false, tr, hs, tc, scale, dP, BK, kt, hs, 1.f, dq + (i0 + tl.r0) * hs, hs);
+            gemm(true, false, tc, hs, tr, scale, dP, BK, qi, hs, 1.f, dkt, hs);
+          });
         }
         float* o = out + n * per;
         std::copy(dk, dk + cols * hs, o + d.Tq * hs + j0 * hs);
