@@ -98,6 +98,7 @@ std::vector<ParamCheck> gradcheck_params(Graph& g, NodeId loss, const std::vecto
     for (std::int64_t i = 1; i < total; ++i)
       if (std::abs(ga.f()[i]) > std::abs(ga.f()[largest])) largest = i;
     if (count < total && std::find(at.begin(), at.end(), largest) == at.end()) at.push_back(largest);
+    const double scale = opts.relative_to_largest ? std::abs(double(ga.f()[largest])) : 0.0;
     for (std::int64_t i : at) {
       const double x0 = x[std::size_t(i)];
       const double h = opts.step * std::max(1.0, std::abs(x0));
@@ -108,7 +109,7 @@ std::vector<ParamCheck> gradcheck_params(Graph& g, NodeId loss, const std::vecto
       // Fourth-order central differences: error O(h^4) + O(eps |f| / h), both ~1e-12 here.
       const double num = (8 * (f(h) - f(-h)) - (f(2 * h) - f(-2 * h))) / (12 * h), a = ga.f()[i];
       x[std::size_t(i)] = x0;
-      const double rel = std::abs(a - num) / std::max({std::abs(a), std::abs(num), opts.floor});
+      const double rel = std::abs(a - num) / std::max({std::abs(a), std::abs(num), opts.floor, scale});
       const double a64 = g64[k].v[std::size_t(i)];
       pc.worst_rel_f64 =
           std::max(pc.worst_rel_f64, std::abs(a64 - num) / std::max({std::abs(a64), std::abs(num), opts.floor}));

@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ops/cpu/bf16.h"
 #include "ops/cpu/gemm.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/peak.h"
@@ -87,7 +88,7 @@ const Shape kShapes[] = {
 // minimum time.
 constexpr i64 kColdCalls = 25;
 
-enum class Lib { gg, openblas };
+enum class Lib { gg, bf16, openblas };
 
 // A shape's operands, packed row-major: A (M, K) or (K, M), B (K, N) or (N, K), C (M, N).
 struct Operands {
@@ -105,6 +106,10 @@ struct Operands {
   void run(const Shape& s, Lib lib, float* out) {
     if (lib == Lib::gg) {
       gg::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda, B.data(), ldb, 0.f, out, ldc);
+      return;
+    }
+    if (lib == Lib::bf16) {
+      gg::gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, 1.f, A.data(), lda, B.data(), ldb, 0.f, out, ldc);
       return;
     }
 #ifdef GG_HAVE_OPENBLAS
@@ -125,7 +130,8 @@ void evict() {
   benchmark::DoNotOptimize(sweep.data());
 }
 
-void bm_gemm(benchmark::State& state, const Shape& s, Lib lib, bool cold, double peak_gflops) {
+void bm_gemm(benchmark::State& state, const Shape& s, Lib lib, bool cold, double peak_gflops, double bf16_peak_gflops) {
+  if (lib == Lib::bf16) peak_gflops = bf16_peak_gflops;
   Operands op(s);  // untimed: before the loop
   const double gflop = 2e-9 * double(s.M) * double(s.N) * double(s.K);
   state.SetLabel(s.what);
@@ -151,12 +157,14 @@ void bm_gemm(benchmark::State& state, const Shape& s, Lib lib, bool cold, double
   state.counters["peak_fraction"] =
       benchmark::Counter(gflop / peak_gflops, benchmark::Counter::kIsIterationInvariantRate);
 #ifdef GG_HAVE_OPENBLAS
-  if (lib == Lib::gg) {  // the two libraries must agree (after the loop: untimed)
+  if (lib != Lib::openblas) {  // the two libraries must agree (after the loop: untimed)
     std::vector<float> ref(op.C.size());
     op.run(s, Lib::openblas, ref.data());
     float worst = 0.f;
     for (std::size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::abs(op.C[i] - ref[i]));
-    if (!(worst <= 1e-4f * float(s.K)))
+    // bf16 operands: each product off by at most about 2^-8 of |a b| <= 1.
+    const float bound = (lib == Lib::bf16 ? 0.008f : 1e-4f) * float(s.K);
+    if (!(worst <= bound))
       state.SkipWithError(fmt::format("MISMATCH against OpenBLAS: max |difference| {}", worst).c_str());
   }
 #endif
@@ -194,6 +202,15 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext(
       "caches", cold ? fmt::format("cold: a 128 MB sweep before every timed call, {} calls a run", kColdCalls) : "hot");
   std::vector<Lib> libs{Lib::gg};
+  // gemm_bf16 (mixed precision's product), where the CPU has AVX512_BF16; its
+  // peak_fraction is of the bf16 dot-product peak.
+  double bf16_peak_gflops = 0;
+  if (gg::cpu_has_avx512_bf16()) {
+    const gg::Bf16Peak bp = gg::measure_bf16_peak();
+    bf16_peak_gflops = threads == 1 ? bp.per_core_gflops : bp.total_gflops;
+    benchmark::AddCustomContext("bf16_peak_gflops", fmt::format("{:.1f} (the bf16 rows' peak_fraction base)", bf16_peak_gflops));
+    libs.push_back(Lib::bf16);
+  }
 #ifdef GG_HAVE_OPENBLAS
   openblas_set_num_threads(threads);
   libs.push_back(Lib::openblas);
@@ -211,9 +228,9 @@ int main(int argc, char** argv) {
   for (const Shape& s : kShapes)
     for (Lib lib : libs) {  // a shape's two rows next to each other
       const std::string name = fmt::format("{}{}/{}x{}x{}/{}", s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.M, s.N, s.K,
-                                           lib == Lib::gg ? "gg" : "openblas");
-      auto* b = benchmark::RegisterBenchmark(name.c_str(), [&s, lib, cold, peak_gflops](benchmark::State& st) {
-        bm_gemm(st, s, lib, cold, peak_gflops);
+                                           lib == Lib::gg ? "gg" : lib == Lib::bf16 ? "bf16" : "openblas");
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), [&s, lib, cold, peak_gflops, bf16_peak_gflops](benchmark::State& st) {
+        bm_gemm(st, s, lib, cold, peak_gflops, bf16_peak_gflops);
       });
       b->Unit(benchmark::kMicrosecond);
       if (cold)

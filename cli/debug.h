@@ -18,7 +18,8 @@ struct GradcheckOptions {
   std::int64_t batch_size = 2;
   std::uint64_t seed = 1;
   std::int64_t samples = 16;
-  double rtol = 1e-3;
+  double rtol = 0;  // 0: the precision's own (kRtolF32, kRtolBf16 in cli/debug.cpp)
+  std::string precision = "f32";
   static const train::OptionTable<GradcheckOptions>& table();
 };
 struct HvpOptions {

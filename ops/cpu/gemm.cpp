@@ -22,6 +22,7 @@
 #include "ops/runtime/config.h"
 #include "ops/cpu/parallel.h"
 #include "ops/cpu/simd.h"
+#include "ops/cpu/transpose.h"
 
 namespace gg {
 
@@ -64,35 +65,6 @@ inline vec vfma(const vec& a, const vec& b, const vec& c) { return simd::fma(a, 
 #if defined(__AVX512F__) && !defined(GG_SCALAR)
 #define GG_PACK_TRANSPOSE 1
 constexpr int TW = 16;  // the transpose block: TW x TW values, a register a row
-// Transposes a 16 x 16 block held as 16 rows (r[i] = row i) in registers: 32-bit, then
-// 64-bit interleaves, then two rounds of 128-bit lane shuffles. Packing a row-major
-// operand into k-major slivers is a transpose; done 256 values at a time this way it costs
-// a fraction of the scalar stride-MR stores (which took a large share of a mid-sized product).
-inline void transpose16(__m512 r[16]) {
-  __m512 t[16], u[16], v[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  auto lo = [](__m512 a, __m512 b) { return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))); };
-  auto hi = [](__m512 a, __m512 b) { return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b))); };
-  for (int q = 0; q < 4; ++q) {
-    u[4 * q + 0] = lo(t[4 * q + 0], t[4 * q + 2]);
-    u[4 * q + 1] = hi(t[4 * q + 0], t[4 * q + 2]);
-    u[4 * q + 2] = lo(t[4 * q + 1], t[4 * q + 3]);
-    u[4 * q + 3] = hi(t[4 * q + 1], t[4 * q + 3]);
-  }
-  for (int h = 0; h < 2; ++h)
-    for (int j = 0; j < 4; ++j) {
-      v[8 * h + j] = _mm512_shuffle_f32x4(u[8 * h + j], u[8 * h + 4 + j], 0x88);
-      v[8 * h + 4 + j] = _mm512_shuffle_f32x4(u[8 * h + j], u[8 * h + 4 + j], 0xdd);
-    }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_f32x4(v[j], v[8 + j], 0x88);
-    r[8 + j] = _mm512_shuffle_f32x4(v[j], v[8 + j], 0xdd);
-  }
-}
-
 // dst[k * stride + i] = src[i * ld + k] for i < rows (<= TW), k in [0, TW): TW columns of
 // `rows` rows, transposed. Stores write exactly `rows` floats per k (masked).
 inline void transpose_rows(const float* src, std::int64_t ld, int rows, float* dst, std::int64_t stride,
@@ -197,18 +169,7 @@ struct Buffer {
 thread_local Buffer pack_a_buf, pack_b_buf;
 
 // Everything a stripe of work needs to know about the call.
-struct Problem {
-  bool ta, tb;
-  i64 M, N, K;
-  float alpha;
-  const float* A;
-  i64 lda;
-  const float* B;
-  i64 ldb;
-  float beta;
-  float* C;
-  i64 ldc;
-};
+using Problem = GemmProblem;
 
 // Whether the packed products read a row-major A (M, K) where it is instead of packing it:
 // the microkernel broadcasts a(i, k) from MR rows lda apart (kernels_a_rows, as gemm_direct

@@ -14,6 +14,20 @@ namespace gg {
 // call parallel_for (which runs serially inside gemm's threads).
 using GemmRowsDone = std::function<void(std::int64_t, std::int64_t)>;
 
+// One product's arguments, as gemm() takes them (the f32 and the bf16 GEMM's workers share it).
+struct GemmProblem {
+  bool ta, tb;
+  std::int64_t M, N, K;
+  float alpha;
+  const float* A;
+  std::int64_t lda;
+  const float* B;
+  std::int64_t ldb;
+  float beta;
+  float* C;
+  std::int64_t ldc;
+};
+
 // C = alpha * op(A) @ op(B) + beta * C, all row-major.
 // op(A) is (M, K): A is (M, K) with row stride lda, or (K, M) when trans_a.
 // op(B) is (K, N): B is (K, N) with row stride ldb, or (N, K) when trans_b.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops/cpu/parallel.h"
+#include "ops/cpu/probe.h"
 #include "ops/cpu/simd.h"
 
 namespace gg {
@@ -44,52 +45,50 @@ float fma_loop(std::int64_t iters, float seed) {
 #endif
 }
 
-double flops(std::int64_t iters) { return 2.0 * double(W) * CHAINS * double(iters); }
+const Probe kFma{fma_loop, 2.0 * double(W) * CHAINS};
 
 volatile float sink;
 
-// GFLOPS of `threads` threads each running `iters` iterations (threads == 1: the caller alone).
-double run_once(int threads, std::int64_t iters) {
+}  // namespace
+
+double probe_gflops(const Probe& p, int threads, std::int64_t iters) {
   const auto t0 = std::chrono::steady_clock::now();
   if (threads == 1) {
-    sink = fma_loop(iters, 1.f);
+    sink = p.loop(iters, 1.f);
   } else {
     std::vector<float> out(std::size_t(threads), 0.f);
     parallel_for(threads, 1, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t t = b; t < e; ++t) out[std::size_t(t)] = fma_loop(iters, float(t));
+      for (std::int64_t t = b; t < e; ++t) out[std::size_t(t)] = p.loop(iters, float(t));
     });
     float s = 0;
     for (float v : out) s += v;
     sink = s;
   }
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return flops(iters) * threads / sec * 1e-9;
+  return p.flops_per_iter * double(iters) * threads / sec * 1e-9;
 }
 
-}  // namespace
+std::int64_t probe_iterations(const Probe& p, double seconds, std::int64_t iters) {
+  for (;;) {
+    const double took = p.flops_per_iter * double(iters) / (probe_gflops(p, 1, iters) * 1e9);
+    if (took >= seconds / 4 || iters > (std::int64_t(1) << 40))
+      return std::max<std::int64_t>(1, std::int64_t(double(iters) * seconds / took));
+    iters *= 4;
+  }
+}
 
 FmaPeak measure_fma_peak(double seconds, int repeats) {
   seconds = std::max(seconds, 1e-3);
   repeats = std::max(repeats, 1);
-  // Calibrate the iteration count for `seconds` on one thread.
-  std::int64_t iters = 1 << 16;
-  for (;;) {
-    const double g = run_once(1, iters);
-    const double took = flops(iters) / (g * 1e9);
-    if (took >= seconds / 4 || iters > (std::int64_t(1) << 40)) {
-      iters = std::max<std::int64_t>(1, std::int64_t(double(iters) * seconds / took));
-      break;
-    }
-    iters *= 4;
-  }
+  const std::int64_t iters = probe_iterations(kFma, seconds, 1 << 16);
   FmaPeak p;
   p.threads = num_threads();
   p.vector_floats = W;
   p.chains = CHAINS;
-  for (int r = 0; r < repeats; ++r) p.per_core_gflops = std::max(p.per_core_gflops, run_once(1, iters));
+  for (int r = 0; r < repeats; ++r) p.per_core_gflops = std::max(p.per_core_gflops, probe_gflops(kFma, 1, iters));
   while (p.total_rounds < FmaPeak::max_total_rounds) {
     if (p.total_rounds++ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    for (int r = 0; r < repeats; ++r) p.total_gflops = std::max(p.total_gflops, run_once(p.threads, iters));
+    for (int r = 0; r < repeats; ++r) p.total_gflops = std::max(p.total_gflops, probe_gflops(kFma, p.threads, iters));
     if (p.concurrent()) break;
   }
   return p;

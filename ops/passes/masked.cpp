@@ -3,6 +3,7 @@
 #include "ops/passes/masked.h"
 
 #include <algorithm>
+#include <optional>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -299,7 +300,7 @@ void slice_matmul(const Node& n, const MaskedBlocks* masked, std::span<const Vie
   const float* B = in[1].f();
   float* Cm = out.f();
   const i64 lda = ld.a ? ld.a : a1, ldb = ld.b ? ld.b : b1, ldc = ld.c ? ld.c : N;
-  if (n.attrs.bf16) {  // bf16 operands: the whole product (its sums are not split to match the f32 GEMM's)
+  if (n.attrs.bf16 && !masked) {
     gemm_bf16(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, Cm, ldc);
     return;
   }
@@ -325,8 +326,24 @@ void slice_matmul(const Node& n, const MaskedBlocks* masked, std::span<const Vie
     }
   };
   thread_local std::vector<float> second;
+  // bf16: op(B) rounded and packed once for all the blocks (each block's part of it is a
+  // range of its panels and pairs).
+  std::optional<Bf16PackedB> packed;
+  if (n.attrs.bf16) packed.emplace(tb, K, N, B, ldb);
   auto product = [&](i64 i0, i64 m, i64 j0, i64 cols, i64 k0, i64 k1) {
     float* c = Cm + i0 * ldc + j0;
+    if (packed) {
+      // One sum in VDPBF16PS's pairs of terms (2p, 2p + 1): [k0, k1) widened to whole pairs,
+      // so that each pair is one of the full product's (the terms added are the mask's
+      // zeros, which leave every finite sum as it is).
+      k0 -= k0 % 2;
+      k1 = std::min(K, k1 + k1 % 2);
+      const float* a = A + (ta ? i0 : i0 * lda);
+      if (j0 % 16 == 0) return packed->product(ta, m, a, lda, j0, cols, k0, k1, c, ldc);
+      gemm_bf16(ta, tb, m, cols, k1 - k0, 1.f, a + (ta ? k0 * lda : k0), lda, B + (tb ? j0 * ldb + k0 : j0 + k0 * ldb),
+                ldb, 0.f, c, ldc);  // columns from inside a panel: packed apart
+      return;
+    }
     const i64 first_end = std::min(k1, K0 ? K0 : K);
     if (k0 < first_end) {
       passes(i0, m, j0, cols, k0, first_end, 0, c, ldc);

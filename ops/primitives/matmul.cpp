@@ -136,13 +136,12 @@ const OpRule matmul_rule = {
       float* C = a.out.f();
       const std::int64_t lda = sa.back(), ldb = sb.back();
       const bool bf16 = a.node.attrs.bf16;
-      // One product: the f32 GEMM, or the bf16 one (which reports its rows when all are done).
+      // One product: the f32 GEMM or the bf16 one, each reporting its rows as they are final.
       auto product = [bf16](bool ta, bool tb, std::int64_t M, std::int64_t N, std::int64_t K, const float* A,
                             std::int64_t lda, const float* B, std::int64_t ldb, float* C, std::int64_t ldc,
                             const GemmRowsDone* rows_done) {
         if (!bf16) return gemm(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc, rows_done);
-        gemm_bf16(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc);
-        if (rows_done) (*rows_done)(0, M);
+        gemm_bf16(ta, tb, M, N, K, 1.f, A, lda, B, ldb, 0.f, C, ldc, bf16_path(), rows_done);
       };
       if (sb.size() == 2 && !ta) {  // (batch..., M, K) @ (K, N): one tall GEMM
         product(false, tb, numel(d.batch) * d.m, d.n, d.k, A, lda, B, ldb, C, d.n, a.rows_done);

@@ -130,6 +130,12 @@ TEST_CASE("cli: bench --ab times the plan with planning switches off against the
   CHECK(number_after(r.out, "ab_ratio") > 0);
   CHECK(contains(r.out, "per-op profile over 1 profiled"));  // the default plan again after the comparison
   CHECK(contains(r.out, "fused"));
+  // bf16 against f32 products, the same parameters and batch
+  const Result p = bench_tiny(d, "--batch 2 --seq 3 --steps 1 --warmup 1 --profile-steps 0 --threads 1 --precision bf16 "
+                                 "--ab bf16,epilogue --ab-steps 10");
+  INFO("stdout: " << p.out);
+  CHECK(contains(p.out, "ab_without epilogue,bf16 (products in f32) (arena "));
+  CHECK(number_after(p.out, "ab_ratio") > 0);
 }
 
 TEST_CASE("cli: bench --ab fused-attention times attention built as its composition against the fused pair") {
@@ -170,8 +176,11 @@ TEST_CASE("cli: bench --ab or --without with an unknown name, or too few steps, 
   CHECK(r.status == 1);
   CHECK(r.err_lines() == 1);
   CHECK(contains(r.err, "--ab: 'fusion' is not a planning switch (the switches: simplify, remat, fuse, slice, masked, "
-                        "in-place, epilogue, fused-attention)"));
+                        "in-place, epilogue, bf16, fused-attention)"));
   CHECK(!contains(r.out, "ms_per_step"));  // refused before any step
+  const Result f = run(base + " --ab bf16");  // products in f32 on the other side: only from bf16
+  CHECK(f.status == 1);
+  CHECK(contains(f.err, "--ab: 'bf16' (products in f32 on the other side) needs --precision bf16"));
   const Result w = run(base + " --without groups,softmax");
   CHECK(w.status == 1);
   CHECK(w.err_lines() == 1);

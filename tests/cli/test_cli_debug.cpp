@@ -57,6 +57,21 @@ TEST_CASE("cli: gradcheck on the reference model, from initializers and from the
   }
 }
 
+TEST_CASE("cli: gradcheck --precision bf16 holds the bf16 gradients to the stated tolerance, and sees the rounding") {
+  const Result r = run("gradcheck --config " + kConfig + " --weights " + kWeights + " --batch " + kBatch +
+                       " --precision bf16 --samples 8");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "precision bf16: the executor's products take bf16 operands"));
+  CHECK(contains(r.out, "all 36 parameters agree"));
+  CHECK(contains(r.out, "<= 0.05)"));
+  // The f32 tolerance is too tight for bf16 products: they really are rounded.
+  const Result tight = run("gradcheck --config " + kConfig + " --weights " + kWeights + " --batch " + kBatch +
+                           " --precision bf16 --samples 8 --rtol 1e-3");
+  CHECK(tight.status == 1);
+  CHECK(contains(tight.out, "FAIL"));
+}
+
 TEST_CASE("cli: gradcheck exits non-zero when a gradient is off the tolerance") {
   const Result r = run("gradcheck --config " + kConfig + " --samples 2 --rtol 1e-12");
   INFO("stdout: " << r.out);

@@ -114,3 +114,56 @@ TEST_CASE("golden: the comparison detects a wrong gradient") {
   }
   CHECK(any_out);
 }
+
+// ---- bf16 products against PyTorch's CPU autocast (tools/make_golden_bf16.py) --------------
+// The two round differently (autocast also returns each product's result in bf16 and adds
+// biases in bf16; gradgraph keeps results in f32), so they agree within bf16's rounding of
+// the f32 values, not bit for bit. Per gradient tensor, with d(x, y) = |x - y|_2 / max(|f32|_2,
+// 1e-2 * the largest |f32|_2 of any tensor) (a floor for the structurally zero key biases):
+//   d(gradgraph bf16, autocast) <= 0.06: each is off f32 by 2^-7 of the sums' terms per
+//     product, a few products deep (measured: at most 0.032);
+//   d(gradgraph bf16, f32) <= 2 d(autocast, f32) + 0.01: not farther from f32 than
+//     PyTorch's own bf16 (measured: at most 0.025, autocast's at most 0.029).
+// The loss within 2e-3 of autocast's, relative (measured 3.4e-4).
+TEST_CASE("golden: bf16 products agree with PyTorch's autocast within bf16's rounding") {
+  const models::GptConfig c = models::load_gpt_config(golden("ref_basic.config.json"));
+  train::Model r = models::gpt_model(c);
+  r.set_bf16_products(true);
+  train::load_params(r.params(), train::read_tensors(golden("ref_basic.weights.safetensors")), models::gpt_params(c),
+                     "ref_basic");
+  const train::Batch b =
+      models::read_gpt_batches(io::read_safetensors(golden("ref_basic.batch.safetensors")), c, false).at(0);
+  const io::File ref = io::read_safetensors(golden("ref_basic.grad_bf16.safetensors"));
+  const double loss = r.forward_backward(b), torch_loss = ref.get_f32("loss")[0];
+  CHECK(std::abs(loss - torch_loss) <= 2e-3 * std::abs(torch_loss));
+  CHECK(loss != doctest::Approx(ref.get_f32("f32.loss")[0]).epsilon(1e-6));  // the products really were bf16
+  auto norm = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x * x;
+    return std::sqrt(s);
+  };
+  auto minus = [](const float* a, const std::vector<float>& b) {
+    std::vector<double> d(b.size());
+    for (std::size_t i = 0; i < b.size(); ++i) d[i] = double(a[i]) - double(b[i]);
+    return d;
+  };
+  double largest = 0;
+  for (const ParamGrad& pg : r.grads()) {
+    const std::vector<float> f = ref.get_f32("f32.grad." + pg.name);
+    largest = std::max(largest, norm(std::vector<double>(f.begin(), f.end())));
+  }
+  int checked = 0;
+  for (const ParamGrad& pg : r.grads()) {
+    INFO(pg.name);
+    const std::vector<float> torch = ref.get_f32("grad." + pg.name), f32 = ref.get_f32("f32.grad." + pg.name);
+    REQUIRE(torch.size() == pg.grad.size());
+    const double scale = std::max(norm(std::vector<double>(f32.begin(), f32.end())), 1e-2 * largest);
+    const double ours_torch = norm(minus(pg.grad.data(), torch)) / scale;
+    const double ours_f32 = norm(minus(pg.grad.data(), f32)) / scale;
+    const double torch_f32 = norm(minus(torch.data(), f32)) / scale;
+    CHECK(ours_torch <= 0.06);
+    CHECK(ours_f32 <= 2 * torch_f32 + 0.01);
+    ++checked;
+  }
+  CHECK(checked == 36);
+}

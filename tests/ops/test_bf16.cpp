@@ -4,7 +4,11 @@
 // emulated one bit for bit.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <array>
+#include <stdexcept>
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -143,6 +147,110 @@ TEST_CASE("bf16 product: native and emulated agree where products and sums are d
       INFO("scale " << scale << " M " << c.M << " N " << c.N << " K " << c.K);
       CHECK(native_emulated_differ(c, o) == 0);
     }
+}
+
+namespace {
+// The product as the header specifies it, one value at a time: each operand rounded by
+// to_bf16 (a denormal read as zero first), pairs summed in increasing order,
+// the odd member first, each a fused multiply-add flushed to zero below FLT_MIN.
+float spec_value(const Case& c, const Operands& o, std::int64_t m, std::int64_t n) {
+  auto rd = [](float x) {
+    if ((bits(x) & 0x7f800000u) == 0) x = std::copysign(0.f, x);  // a denormal reads as zero
+    return from_bf16(to_bf16(x));
+  };
+  auto ftz = [](float x) { return std::fabs(x) < std::numeric_limits<float>::min() ? std::copysign(0.f, x) : x; };
+  auto a = [&](std::int64_t k) {
+    return k < c.K ? rd(c.ta ? o.A[std::size_t(k * o.lda + m)] : o.A[std::size_t(m * o.lda + k)]) : 0.f;
+  };
+  auto b = [&](std::int64_t k) {
+    return k < c.K ? rd(c.tb ? o.B[std::size_t(n * o.ldb + k)] : o.B[std::size_t(k * o.ldb + n)]) : 0.f;
+  };
+  float acc = 0.f;
+  for (std::int64_t p = 0; 2 * p < c.K; ++p) {
+    acc = ftz(std::fma(a(2 * p + 1), b(2 * p + 1), acc));
+    acc = ftz(std::fma(a(2 * p), b(2 * p), acc));
+  }
+  const float v = c.alpha * acc;
+  return c.beta == 0.f ? v : v + c.beta * o.C[std::size_t(m * o.ldc + n)];
+}
+}  // namespace
+
+TEST_CASE("bf16 product: both paths give the specified bits, rounding ties, denormals, infinities and NaN") {
+  // Shapes past the vector widths and the blocks (16-wide rounding, 12-row tiles, 48-row
+  // blocks, 32-column tiles), odd depths, every transpose, and the parallel size.
+  const std::vector<Case> big = {{false, false, 61, 47, 35, 1.f, 0.f},   {false, true, 50, 33, 64, 1.f, 0.f},
+                                 {true, false, 49, 70, 31, 0.5f, 1.f},  {true, true, 97, 18, 17, 1.f, 0.f},
+                                 {false, true, 130, 100, 129, 1.f, 0.f}, {true, false, 100, 140, 257, 1.f, 0.f}};
+  const float specials[] = {from_bits(0x3f808000), from_bits(0x3f818000), from_bits(0x3f807fff), from_bits(0x007fffff),
+                            from_bits(0x00000001), from_bits(0x80400000), from_bits(0x00800000), 1e-30f, -3e38f,
+                            std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  for (const Case& c : big) {
+    Operands o = make(c, 5);
+    std::mt19937 rng(9);
+    for (std::size_t i = 0; i < o.A.size(); i += 1 + rng() % 37) o.A[i] = specials[rng() % std::size(specials)];
+    for (std::size_t i = 0; i < o.B.size(); i += 1 + rng() % 41) o.B[i] = specials[rng() % std::size(specials)];
+    for (Bf16Path path : {Bf16Path::emulated, Bf16Path::native}) {
+      if (path == Bf16Path::native && !cpu_has_avx512_bf16()) continue;
+      std::vector<float> C = o.C;
+      gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, c.alpha, o.A.data(), o.lda, o.B.data(), o.ldb, c.beta, C.data(), o.ldc, path);
+      std::int64_t differ = 0;
+      for (std::int64_t m = 0; m < c.M; ++m)
+        for (std::int64_t n = 0; n < c.N; ++n) {
+          const float want = spec_value(c, o, m, n), got = C[std::size_t(m * o.ldc + n)];
+          differ += !(bits(want) == bits(got) || (std::isnan(want) && std::isnan(got)));
+        }
+      INFO("M " << c.M << " N " << c.N << " K " << c.K << " ta " << c.ta << " tb " << c.tb << " path "
+                << (path == Bf16Path::native ? "native" : "emulated"));
+      CHECK(differ == 0);
+    }
+  }
+}
+
+TEST_CASE("bf16 product: rows_done reports every row once, after its values are final") {
+  const Case c{false, true, 200, 40, 64, 1.f, 0.f};
+  Operands o = make(c, 3);
+  std::vector<float> C(std::size_t(c.M * o.ldc), 0.f), want = C;
+  gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, 1.f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.f, want.data(), o.ldc);
+  std::vector<int> seen(std::size_t(c.M), 0);
+  std::int64_t early = 0;
+  const std::function<void(std::int64_t, std::int64_t)> done = [&](std::int64_t r0, std::int64_t r1) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      ++seen[std::size_t(r)];
+      for (std::int64_t n = 0; n < c.N; ++n)
+        early += bits(C[std::size_t(r * o.ldc + n)]) != bits(want[std::size_t(r * o.ldc + n)]);
+    }
+  };
+  gemm_bf16(c.ta, c.tb, c.M, c.N, c.K, 1.f, o.A.data(), o.lda, o.B.data(), o.ldb, 0.f, C.data(), o.ldc, bf16_path(), &done);
+  CHECK(early == 0);
+  CHECK(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }));
+}
+
+TEST_CASE("bf16 product: op(B) packed once gives gemm_bf16's bits on every part of it") {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (Bf16Path path : {Bf16Path::emulated, Bf16Path::native}) {
+        if (path == Bf16Path::native && !cpu_has_avx512_bf16()) continue;
+        const Case c{ta, tb, 37, 70, 51, 1.f, 0.f};
+        Operands o = make(c, 13);
+        const Bf16PackedB packed(tb, c.K, c.N, o.B.data(), o.ldb, path);
+        // parts: columns from a multiple of 16, depth in whole pairs (to K when K is odd)
+        for (auto [j0, cols, k0, k1] : {std::array<std::int64_t, 4>{0, 70, 0, 51}, {16, 40, 0, 20}, {32, 38, 10, 51},
+                                        {48, 5, 50, 51}, {0, 1, 2, 4}}) {
+          INFO("ta " << ta << " tb " << tb << " j0 " << j0 << " cols " << cols << " k " << k0 << ".." << k1);
+          std::vector<float> got(std::size_t(c.M * cols), -1.f), want(got.size(), -2.f);
+          packed.product(ta, c.M, o.A.data(), o.lda, j0, cols, k0, k1, got.data(), cols);
+          const float* a = ta ? o.A.data() + k0 * o.lda : o.A.data() + k0;
+          const float* b = tb ? o.B.data() + j0 * o.ldb + k0 : o.B.data() + k0 * o.ldb + j0;
+          gemm_bf16(ta, tb, c.M, cols, k1 - k0, 1.f, a, o.lda, b, o.ldb, 0.f, want.data(), cols, path);
+          std::int64_t differ = 0;
+          for (std::size_t i = 0; i < got.size(); ++i) differ += bits(got[i]) != bits(want[i]);
+          CHECK(differ == 0);
+        }
+        std::vector<float> out(std::size_t(c.M * c.N));
+        CHECK_THROWS_AS(packed.product(ta, c.M, o.A.data(), o.lda, 8, 10, 0, 4, out.data(), c.N), std::invalid_argument);
+        CHECK_THROWS_AS(packed.product(ta, c.M, o.A.data(), o.lda, 0, 10, 1, 4, out.data(), c.N), std::invalid_argument);
+        CHECK_THROWS_AS(packed.product(ta, c.M, o.A.data(), o.lda, 0, 10, 0, 3, out.data(), c.N), std::invalid_argument);
+      }
 }
 
 // ---- bf16 products in a graph (Attrs::bf16, Bf16Products) ----------------------------
