@@ -4,9 +4,10 @@
 // log-sum-exp; `attention_back` recomputes the weights block by block from q, k and the
 // log-sum-exp and gives dq, dk, dv. Neither stores a (Tq, Tk) matrix, so memory grows
 // linearly in T. A block the mask zeroes entirely is skipped (causal attention's upper
-// half), a block it leaves whole takes no per-element mask. dsl::attention builds this pair
-// when nothing reads the weights; the composition of primitives it replaces (matmul, where,
-// softmax, matmul) is what the tests hold it to.
+// half), a block it leaves whole takes no per-element mask, and one it leaves in part is
+// computed in strips over the keys their rows attend to. dsl::attention builds this pair
+// (dsl/nn.h says when); the composition of primitives it replaces (matmul, where, softmax,
+// matmul) is what the tests hold it to.
 #include <algorithm>
 #include <cmath>
 #include <limits>
