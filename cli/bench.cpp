@@ -309,11 +309,16 @@ void compare_torch(const BenchCommand& a, std::int64_t T, double ours_ms, double
 // clipping and AdamW.
 struct AbSide {
   ExecutorOptions options;
+  bool composite_attention = false;  // "fused-attention": attention built as its composition (Model::set_fused_attention)
   bool f32_products = false;  // "bf16" named: the other side's products in f32
   unsigned skip = 0;
   bool optimizer = true;
   std::string label;  // "epilogue", "left out: groups,optimizer (timing only: ...)", ...
 };
+
+// The --ab name that builds attention as its composition instead of the fused primitive pair
+// (a choice made when the graph is built, not a planning pass; dsl/nn.h's AttentionOptions::fused).
+constexpr const char* kFusedAttention = "fused-attention";
 
 // The first unknown name of --ab (planning switches turned off) or --without (kinds of work
 // left out, "optimizer" being clipping and AdamW): {"ab" or "without", the problem, listing
@@ -321,12 +326,15 @@ struct AbSide {
 std::pair<std::string, std::string> ab_problem(const std::vector<std::string>& ab,
                                                const std::vector<std::string>& without, const std::string& precision) {
   ExecutorOptions o;
-  for (const std::string& name : ab)
+  for (const std::string& name : ab) {
+    if (name == kFusedAttention) continue;
     if (name == "bf16") {
       if (precision != "bf16") return {"ab", "'bf16' (products in f32 on the other side) needs --precision bf16"};
-    } else if (!set_executor_switch(o, name, false))
-      return {"ab", fmt::format("'{}' is not a planning switch (the switches: {}, bf16)", io::cut(name, 40),
-                                fmt::join(executor_switch_names(), ", "))};
+    } else if (!set_executor_switch(o, name, false)) {
+      return {"ab", fmt::format("'{}' is not a planning switch (the switches: {}, bf16, {})", io::cut(name, 40),
+                                fmt::join(executor_switch_names(), ", "), kFusedAttention)};
+    }
+  }
   const auto& kinds = skip_work_names();
   for (const std::string& name : without)
     if (name != "optimizer" && std::none_of(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == name; }))
@@ -339,10 +347,12 @@ std::pair<std::string, std::string> ab_problem(const std::vector<std::string>& a
 AbSide ab_side(const std::vector<std::string>& ab, const std::vector<std::string>& without) {
   AbSide side;
   for (const std::string& name : ab)
-    if (name == "bf16") side.f32_products = true;
+    if (name == kFusedAttention) side.composite_attention = true;
+    else if (name == "bf16") side.f32_products = true;
     else set_executor_switch(side.options, name, false);
   side.label = switches_off(side.options);
   if (side.f32_products) side.label += std::string(side.label.empty() ? "" : ",") + "bf16 (products in f32)";
+  if (side.composite_attention) side.label += fmt::format("{}{}", side.label.empty() ? "" : ",", kFusedAttention);
   for (const std::string& name : without) {
     const auto& kinds = skip_work_names();
     const auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == name; });
@@ -365,9 +375,11 @@ AbSide ab_side(const std::vector<std::string>& ab, const std::vector<std::string
 void ab_compare(train::Model& m, const train::Batch& batch, const AbSide& other, int steps, int warmup,
                 const std::function<void(bool)>& step) {
   const ExecutorOptions with = m.plan_options();
+  const std::optional<bool> with_fused = m.fused_attention();
   const bool bf16 = m.bf16_products();
   auto side = [&](bool without, unsigned skip) {  // the plan of one side, set up to run
     m.set_plan_options(without ? other.options : with);
+    m.set_fused_attention(without && other.composite_attention ? std::optional<bool>(false) : with_fused);
     m.set_bf16_products(without && other.f32_products ? false : bf16);
     m.plan_for(batch, /*training=*/true).set_skip_for_timing(skip);
   };
@@ -568,8 +580,8 @@ const train::OptionTable<BenchCommand>& BenchCommand::table() {
            .at_most(many),
        opt("ab", &B::ab,
            "Also time the plan with these planning switches off (simplify, remat, fuse, slice, masked, in-place, "
-           "epilogue; bf16: the products in f32, with --precision bf16) against the default one, alternating blocks "
-           "of 5 steps in this process"),
+           "epilogue; bf16: the products in f32, with --precision bf16; fused-attention: attention built as its "
+           "composition) against the default one, alternating blocks of 5 steps in this process"),
        opt("without", &B::without,
            "Timing only: also time the step with these kinds of work left out (products, groups, ops, "
            "chain-products, chain-groups, optimizer), in the --ab comparison; what is left out writes nothing, so "

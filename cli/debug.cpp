@@ -145,6 +145,8 @@ int run_hvp(const DebugCommands& d) {
   Setup s = setup(a.config, a.weights, a.batch, a.batch_size, a.seed);
   const Shape& bt = s.batch.at("tokens").shape();
   Graph g;
+  // Attention as its composition at any length: the fused pair has no second derivatives.
+  FusedAttention composed(g, false);
   models::Gpt m = models::build_gpt(g, s.c, bt[0], bt[1], /*with_loss=*/true, /*training=*/false);
   if (a.weights.empty()) s.params.init_missing(g, a.seed);
   std::vector<NodeId> ps, vs;

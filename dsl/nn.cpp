@@ -8,6 +8,7 @@
 #include <numbers>
 
 #include "ops/ir/op_rule.h"
+#include "ops/runtime/config.h"
 
 namespace gg::dsl {
 
@@ -184,9 +185,11 @@ Expr padding_mask_from_ids(Expr ids, std::int64_t pad_id, Loc loc) {
   return reshape(keep, {ids.dim(0), 1, ids.dim(1)}, loc);                                     // (B, 1, Tk)
 }
 
-Expr masked_fill(Expr scores, Expr mask, Loc loc) {
-  Graph& g = graph_of("masked_fill", loc, {scores, mask});
-  UserSite site(g, loc);
+namespace {
+// masked_fill's mask as it lines up with the scores: the rule of dsl/nn.h checked (a
+// GraphError naming both shapes), reshaped to the scores' rank where it differs, and from
+// i32 made f32 (1 where nonzero).
+Expr aligned_mask(Graph& g, Expr scores, Expr mask, Loc loc) {
   const Shape& ss = scores.shape();
   const Shape& ms = mask.shape();
   const int sr = int(ss.size()), mr = int(ms.size());
@@ -221,8 +224,20 @@ Expr masked_fill(Expr scores, Expr mask, Loc loc) {
   }
   if (aligned != ms) mask = reshape(mask, aligned, loc);  // mask: (B|1, 1, Tq|1, Tk|1) for 4-D scores
   if (mask.dtype() == DType::i32) mask = compare(mask, constant(g, {0.f}, {}, DType::i32, loc), Cmp::ne, loc);
+  return mask;
+}
+
+// scores where the aligned mask is nonzero, -inf where it is 0.
+Expr fill_masked(Graph& g, Expr scores, Expr aligned, Loc loc) {
   Expr ninf = scalar(g, -std::numeric_limits<float>::infinity(), loc);
-  return where(mask, scores, ninf, loc);
+  return where(aligned, scores, ninf, loc);
+}
+}  // namespace
+
+Expr masked_fill(Expr scores, Expr mask, Loc loc) {
+  Graph& g = graph_of("masked_fill", loc, {scores, mask});
+  UserSite site(g, loc);
+  return fill_masked(g, scores, aligned_mask(g, scores, mask, loc), loc);
 }
 
 Expr dropout(Expr x, float p, bool training, Loc loc) {
@@ -257,11 +272,30 @@ AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt, L
   if (opt.mask) graph_of("attention", loc, {q, *opt.mask});
   UserSite site(g, loc);
   const std::int64_t hs = q.dim(-1);
+  const float scale = opt.scale ? float(1.0 / std::sqrt(double(hs))) : 1.f;
+  // The composition, built first so that a shape mistake is reported by its primitives in
+  // the user's words; with the fused path its nodes are dead unless the weights are read.
   Expr scores = matmul(q, k, false, true, loc);                          // scores: (..., Tq, Tk)
-  if (opt.scale) scores = scores * float(1.0 / std::sqrt(double(hs)));
-  if (opt.mask) scores = masked_fill(scores, *opt.mask, loc);
+  if (opt.scale) scores = scores * scale;
+  std::optional<Expr> mask;
+  if (opt.mask) {
+    mask = aligned_mask(g, scores, *opt.mask, loc);                      // mask: f32, of the scores' rank
+    scores = fill_masked(g, scores, *mask, loc);
+  }
   Expr weights = softmax(scores, -1, loc);                               // weights: (..., Tq, Tk)
-  Expr out = matmul(dropout(weights, opt.dropout, opt.training, loc), v, false, false, loc);  // out: (..., Tq, hs)
+  const bool dropping = opt.training && opt.dropout > 0.f;
+  const bool same_batch = q.rank() == k.rank() && q.rank() == v.rank() &&
+                          std::equal(q.shape().begin(), q.shape().end() - 2, k.shape().begin()) &&
+                          std::equal(q.shape().begin(), q.shape().end() - 2, v.shape().begin());
+  const std::optional<bool> chosen = opt.fused ? opt.fused : g.fused_attention() ? g.fused_attention() : env_config().fused_attention;
+  const bool fused = chosen.value_or(k.dim(-2) > fused_attention_keys);
+  if (!fused || dropping || !same_batch) {
+    Expr out = matmul(dropout(weights, opt.dropout, opt.training, loc), v, false, false, loc);  // out: (..., Tq, hv)
+    return {out, weights};
+  }
+  // The fused pair (ops/primitives/attention.cpp): out and each row's log-sum-exp, (..., Tq, hv + 1).
+  Expr both{&g, op::attention(g, q.id, k.id, v.id, mask ? mask->id : -1, scale, loc)};
+  Expr out = slice(both, -1, 0, v.dim(-1), loc);                          // out: (..., Tq, hv)
   return {out, weights};
 }
 

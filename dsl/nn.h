@@ -100,7 +100,20 @@ struct AttentionOptions {
   float dropout = 0.f;       // on the weights, after the softmax and before V
   bool training = false;
   bool scale = true;         // multiply scores by head_size^-0.5 (off for the ablation)
+  // The fused primitive pair (ops/primitives/attention.cpp: by blocks of keys with an online
+  // softmax, the (Tq, Tk) weights never stored, memory linear in T) for `out` (true), or its
+  // composition of primitives (false). Unset: a FusedAttention scope open on the graph
+  // decides, else GG_FUSED_ATTENTION, else the size: fused above fused_attention_keys
+  // keys, where it is faster than the composition's plan and its memory linear in T (at
+  // fewer keys the composition's batch-slice chains and masked products ran faster:
+  // docs/long-context.md). The fused path is never taken with dropout on the weights while
+  // training (the composition draws and applies the mask), nor when q, k and v differ in
+  // batch dims; then `out` is the composition's.
+  std::optional<bool> fused;
 };
+
+// When nothing else decides (AttentionOptions::fused), attention with more keys than this is fused.
+inline constexpr std::int64_t fused_attention_keys = 512;
 
 struct AttentionResult {
   Expr out;      // (..., Tq, hs)
@@ -109,7 +122,10 @@ struct AttentionResult {
 
 // softmax(q k^T * hs^-0.5 [masked]) [dropout] @ v.  q: (..., Tq, hs), k and v: (..., Tk, hs)
 // (Tq == Tk for self-attention) -> out (..., Tq, hs), weights (..., Tq, Tk); the mask
-// follows the rule above (a row with every key masked gives NaN weights).
+// follows the rule above (a row with every key masked gives NaN weights and output).
+// `out` comes from the fused primitive pair where AttentionOptions::fused allows it, and
+// `weights` always from the composition: its nodes are planned and computed only when a
+// program reads them (a heatmap), for a plan prunes what its outputs do not need.
 AttentionResult attention(Expr q, Expr k, Expr v, const AttentionOptions& opt = {}, Loc loc = Loc::current());
 
 // Single-head self-attention: q = x W_Q, k = x W_K, v = x W_V (no bias), W_*: (d_model, d_k)

@@ -21,7 +21,9 @@ namespace gg::sample {
 
 // One sample graph for one primitive.
 struct Case {
-  enum Kind { check, no_grad, leaf } kind = check;  // check: gradcheck; no_grad: grad must be 0
+  // check: gradcheck; no_grad: grad must be 0; refused: grad throws GraphError (a rule that
+  // refuses by name instead of building a gradient: attention_back's second derivatives)
+  enum Kind { check, no_grad, leaf, refused } kind = check;
   NodeId loss = -1;                                 // scalar
   std::vector<NodeId> wrt;                          // params / inputs checked (no_grad: must get zeros)
   ParamStore params;
@@ -313,6 +315,36 @@ inline std::map<OpKind, Builder> gradcheck_table() {
     NodeId y = op::scatter_add(g, s, idx, 1, 3);  // (2, 3, 3)
     c.loss = weighted_sum(g, op::tanh(g, y));     // non-linear: rows that collide interact
     c.wrt = {s};
+  };
+
+  // ---- the fused attention pair ------------------------------------------------------
+  // A mask (2, 5, 6) with a zero or two in every row, never a whole row.
+  auto attention_mask = [](Graph& g) {
+    std::vector<float> m(60);
+    for (std::size_t i = 0; i < m.size(); ++i) m[i] = (i * 7) % 5 == 3 ? 0.f : 1.f;
+    return op::constant(g, m, {2, 5, 6});
+  };
+  t[OpKind::attention] = [attention_mask](Graph& g, Case& c) {
+    c.note = "q (2, 5, 4), k (2, 6, 4), v (2, 6, 3), unmasked and masked (2, 5, 6); each row's log-sum-exp in the loss too";
+    NodeId q = param_rand(g, c, "q", {2, 5, 4});
+    NodeId k = param_rand(g, c, "k", {2, 6, 4});
+    NodeId v = param_rand(g, c, "v", {2, 6, 3});
+    NodeId plain = op::attention(g, q, k, v, -1, 0.5f);                  // (2, 5, 4)
+    NodeId masked = op::attention(g, q, k, v, attention_mask(g), 0.7f);  // (2, 5, 4)
+    c.loss = op::add(g, weighted_sum(g, plain, 1), weighted_sum(g, masked, 2));
+    c.wrt = {q, k, v};
+  };
+  t[OpKind::attention_back] = [attention_mask](Graph& g, Case& c) {
+    c.kind = Case::refused;
+    c.note = "attention's gradient for a given d(loss)/d(out); no second derivatives: its rule refuses by name";
+    NodeId q = param_rand(g, c, "q", {2, 5, 4});
+    NodeId k = param_rand(g, c, "k", {2, 6, 4});
+    NodeId v = param_rand(g, c, "v", {2, 6, 3});
+    NodeId mask = attention_mask(g);
+    NodeId fwd = op::attention(g, q, k, v, mask, 0.7f);   // (2, 5, 4)
+    NodeId gout = param_rand(g, c, "gout", {2, 5, 4});
+    c.loss = weighted_sum(g, op::attention_back(g, q, k, v, mask, fwd, gout, 0.7f));  // (2, 20 + 24 + 18)
+    c.wrt = {q, k, v};
   };
   return t;
 }

@@ -72,6 +72,8 @@ std::unique_ptr<Graph> Model::build_graph(const Batch& b, bool training, ModelOu
   if (b.empty()) throw InputError(fmt::format("model '{}': the batch has no tensors", kind_));
   auto g = std::make_unique<Graph>();
   Bf16Products precision(*g, bf16_);  // the gradient's products follow the forward's (matmul's rule)
+  std::optional<FusedAttention> fused;
+  if (fused_attention_) fused.emplace(*g, *fused_attention_);
   ModelInputs in(*g, b, training);
   ModelOutputs o = build_(in);
   if (training && !o.loss.g)
@@ -140,7 +142,8 @@ void Model::init_params(std::uint64_t seed) {
 }
 
 Model::Plan& Model::plan(const Batch& b, bool training) {
-  const std::string key = plan_key(b, training) + options_key_ + (training ? frozen_key_ : "") + (bf16_ ? "|bf16" : "");
+  const std::string key = plan_key(b, training) + options_key_ + (training ? frozen_key_ : "") + (bf16_ ? "|bf16" : "") +
+                          (fused_attention_ ? (*fused_attention_ ? "|fused-attention" : "|composite-attention") : "");
   if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();
   p->training = training;
@@ -270,6 +273,8 @@ void Model::set_plan_options(const ExecutorOptions& o) {
 }
 
 void Model::set_bf16_products(bool on) { bf16_ = on; }
+
+void Model::set_fused_attention(std::optional<bool> on) { fused_attention_ = on; }
 
 void Model::set_detect_anomaly(bool on) {
   detect_anomaly_ = on;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <span>
@@ -128,6 +129,11 @@ class Model {
   // parameters, gradients and everything else stay f32. Plans are cached per precision.
   void set_bf16_products(bool on);
   bool bf16_products() const { return bf16_; }
+  // Whether dsl::attention builds the fused attention primitive pair in the plans built from
+  // now on (a FusedAttention scope around each graph; dsl/nn.h's AttentionOptions::fused);
+  // unset, GG_FUSED_ATTENTION or else the number of keys decides. Plans are cached per setting.
+  void set_fused_attention(std::optional<bool> on);
+  const std::optional<bool>& fused_attention() const { return fused_attention_; }
 
   // Anomaly mode for every plan, built or to be built: the first node whose output holds a
   // NaN (or makes an Inf) stops the run with a GraphError naming it (ops/runtime/executor.h).
@@ -167,6 +173,7 @@ class Model {
   Plan* last_train_ = nullptr;
   bool detect_anomaly_ = false;
   bool bf16_ = false;
+  std::optional<bool> fused_attention_;
   ExecutorOptions plan_options_;
   std::string options_key_ = "|off:" + switches_off(plan_options_);  // plan_options_'s part of a plan's key
   std::mt19937_64 rng_{0};

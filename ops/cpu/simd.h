@@ -290,6 +290,25 @@ inline float max_of(std::size_t n, const float* a) {
   return m;
 }
 
+// out[i] = f(a[i]) for i < n, as map, and the sum of the out[i] (one register of partial
+// sums, then across it) while they are in registers: one pass where map then sum take two.
+template <class F>
+inline float map_sum(std::size_t n, float* out, const float* a, F f) {
+  std::size_t i = 0;
+  float acc = 0.f;
+#ifndef GG_SCALAR
+  vf v = splat(0.f);
+  for (; i + width <= n; i += width) {
+    const vf x = f(load(a + i));
+    store(out + i, x);
+    v += x;
+  }
+  acc = hsum(v);
+#endif
+  for (; i < n; ++i) acc += out[i] = f(a[i]);
+  return acc;
+}
+
 // Dot product of a[0..n) and b[0..n).
 inline float dot(std::size_t n, const float* a, const float* b) {
   std::size_t i = 0;

@@ -174,6 +174,25 @@ NodeId matmul(Graph& g, NodeId a, NodeId b, bool trans_a, bool trans_b, Loc loc)
   return make(g, OpKind::matmul, {a, b}, at, loc);
 }
 
+NodeId attention(Graph& g, NodeId q, NodeId k, NodeId v, NodeId mask, float scale, Loc loc) {
+  Attrs at;
+  at.scale = scale;
+  std::vector<NodeId> in{q, k, v};
+  if (mask >= 0) in.push_back(mask);
+  return make(g, OpKind::attention, std::move(in), at, loc);
+}
+
+NodeId attention_back(Graph& g, NodeId q, NodeId k, NodeId v, NodeId mask, NodeId fwd, NodeId gout, float scale,
+                      Loc loc) {
+  Attrs at;
+  at.scale = scale;
+  std::vector<NodeId> in{q, k, v};
+  if (mask >= 0) in.push_back(mask);
+  in.push_back(fwd);
+  in.push_back(gout);
+  return make(g, OpKind::attention_back, std::move(in), at, loc);
+}
+
 NodeId stop_gradient(Graph& g, NodeId x, Loc loc) {
   if (x < 0 || x >= g.size())
     throw GraphError(fmt::format("stop_gradient at {}: %{} is not a node of this graph (it has {} nodes)",

@@ -46,6 +46,17 @@ NodeId argmax(Graph& g, NodeId x, std::int64_t axis, bool keepdim = false, Loc l
 // trans_b); batch dims broadcast; out: (batch..., M, N).
 NodeId matmul(Graph& g, NodeId a, NodeId b, bool trans_a = false, bool trans_b = false, Loc loc = Loc::current());
 
+// softmax(scale q k^T, masked) @ v by blocks of keys (ops/primitives/attention.cpp), the
+// weights never stored. q: (..., Tq, hs), k: (..., Tk, hs), v: (..., Tk, hv), the batch dims
+// equal; mask (-1: none): f32 of q's rank, 0 where a key is masked, each dim 1 or the
+// scores' (..., Tq, Tk). out: (..., Tq, hv + 1), each row the attention's output then the
+// log-sum-exp of its scaled, masked scores (what the gradient reads back).
+NodeId attention(Graph& g, NodeId q, NodeId k, NodeId v, NodeId mask, float scale, Loc loc = Loc::current());
+// attention's gradient: fwd is attention's node, gout d(loss)/d(fwd) of its shape.
+// out: (..., Tq hs + Tk hs + Tk hv), per batch index dq (Tq, hs), dk (Tk, hs), dv (Tk, hv).
+NodeId attention_back(Graph& g, NodeId q, NodeId k, NodeId v, NodeId mask, NodeId fwd, NodeId gout, float scale,
+                      Loc loc = Loc::current());
+
 // One dim of `shape` may be -1 (inferred).
 NodeId reshape(Graph& g, NodeId x, Shape shape, Loc loc = Loc::current());
 NodeId permute(Graph& g, NodeId x, Shape perm, Loc loc = Loc::current());

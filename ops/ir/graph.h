@@ -73,6 +73,7 @@ struct Attrs {
   // precision; ops/cpu/bf16.h). Set on every product built inside a Bf16Products scope.
   bool bf16 = false;
   Cmp cmp = Cmp::eq;         // compare
+  float scale = 1.f;         // attention, attention_back: the factor of the scores q k^T
   Init init;                 // param
   DType dtype = DType::f32;  // input, constant: the leaf's dtype
   std::shared_ptr<const std::vector<float>> data;  // constant (f32 values, or i32 values stored as float)
@@ -206,6 +207,14 @@ class Graph {
 
  private:
   friend class Bf16Products;
+  std::optional<bool> fused_attention_;  // FusedAttention: the innermost one open, if any
+
+ public:
+  // Whether a FusedAttention scope is open, and its choice.
+  const std::optional<bool>& fused_attention() const { return fused_attention_; }
+
+ private:
+  friend class FusedAttention;
 };
 
 // RAII: every product (an op whose record's class is OpClass::product: matmul) built while
@@ -223,6 +232,22 @@ class Bf16Products {
  private:
   Graph& g_;
   bool was_;
+};
+
+// RAII: while open, dsl::attention builds the fused attention primitive (on) or its
+// composition of primitives (off) where its options leave the choice open (dsl/nn.h's
+// AttentionOptions::fused); with none open, GG_FUSED_ATTENTION decides, else the size.
+// train::Model opens one around each graph it builds (Model::set_fused_attention).
+class FusedAttention {
+ public:
+  FusedAttention(Graph& g, bool on) : g_(g), was_(g.fused_attention_) { g.fused_attention_ = on; }
+  ~FusedAttention() { g_.fused_attention_ = was_; }
+  FusedAttention(const FusedAttention&) = delete;
+  FusedAttention& operator=(const FusedAttention&) = delete;
+
+ private:
+  Graph& g_;
+  std::optional<bool> was_;
 };
 
 // RAII: opens a name scope ("blocks.1" then "attn" gives "blocks.1.attn") for nodes and

@@ -64,6 +64,10 @@ enum class OpClass : std::uint8_t {
   product,      // matmul
   movement,     // reshape, permute, expand, slice, concat: values moved, none computed
   indexing,     // gather, scatter_add
+  // A composite's whole computation in one kernel of its own (attention and attention_back:
+  // products, a softmax and their gradients by blocks): opaque to the passes, which leave it
+  // as one step. Not a product: a Bf16Products scope leaves it in f32.
+  composite,
 };
 
 // The element function of an element-wise primitive over runs of f32 values, as the

@@ -30,6 +30,7 @@ std::string cse_key(const Node& n) {
                               to_string(n.shape), int(n.dtype), fmt::join(a.dims, ","), a.axis, a.begin, a.end,
                               int(a.keepdim), int(a.trans_a), int(a.trans_b), int(a.cmp), int(a.dtype),
                               int(a.init.kind), a.init.a, a.init.b);
+  if (a.scale != 1.f) k += fmt::format("scale={}|", a.scale);
   if (a.no_grad) k += "no_grad|";
   if (a.bf16) k += "bf16|";  // a bf16 product is not the f32 one  // never merged with the same node that passes gradients
   if (n.op == OpKind::input || n.op == OpKind::param) k += n.name;

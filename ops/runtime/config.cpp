@@ -40,6 +40,13 @@ const Entry kEntries[] = {
      GG_ENV_SWITCH(epilogue)},
     {"GG_DETECT_ANOMALY", "0", "1: anomaly mode for every plan, as --detect-anomaly (ExecutorOptions::detect_anomaly)",
      [](EnvConfig& c, const char* v) { c.detect_anomaly = *v && std::string_view(v) != "0"; }},
+    {"GG_FUSED_ATTENTION", "by size",
+     "1: attention is the fused primitive pair wherever it can be; 0: always its composition (scores, mask, softmax, @ v); "
+     "by size: fused above 512 keys",
+     [](EnvConfig& c, const char* v) {
+       const std::string_view s(v);
+       c.fused_attention = s == "1" ? std::optional<bool>(true) : s == "0" ? std::optional<bool>(false) : std::nullopt;
+     }},
     {"GG_STEAL", "1", "0: products' row blocks in fixed stripes, no taking of another thread's (bit-identical)",
      GG_ENV_SWITCH(steal)},
     {"GG_SPLIT_DEPTH", "1", "0: weight gradients x^T @ dy summed in one piece instead of two halves (other bits)",

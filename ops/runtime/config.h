@@ -4,6 +4,7 @@
 // here; the kernels' and thread pool's switches are read from here directly.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,6 +16,10 @@ struct EnvConfig {
   bool simplify = true, remat = true, fuse = true, compiled = true, slice = true, masked = true, in_place = true,
        epilogue = true;
   bool detect_anomaly = false;  // GG_DETECT_ANOMALY: on when set to anything but "" or "0"
+  // GG_FUSED_ATTENTION: how dsl::attention builds attention where its options and the graph
+  // leave it open (dsl/nn.h's AttentionOptions::fused): "1" the fused primitive pair wherever
+  // it can, "0" always the composition of primitives; unset (or anything else), by size.
+  std::optional<bool> fused_attention;
   // Kernels and threads: on unless the variable is "0".
   bool steal = true, split_depth = true, shares = true;
   // GG_BF16_NATIVE: bf16 products use AVX512_BF16 where the CPU has it, unless "0" (then the

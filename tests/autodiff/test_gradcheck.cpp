@@ -54,6 +54,11 @@ TEST_CASE("gradcheck table: every primitive's gradient rule agrees with central 
       CHECK(op_arity(kind) == 0);
       CHECK(!rule.grad);
     }
+    if (c.kind == Case::refused) {
+      CHECK(bool(rule.grad));  // a rule, so that no gradient passes through silently as if constant
+      CHECK_THROWS_AS(grad(g, c.loss, c.wrt), GraphError);
+      continue;
+    }
     if (c.kind == Case::no_grad) {
       CHECK(!rule.grad);  // no gradient flows through it
       std::vector<NodeId> gs = grad(g, c.loss, c.wrt);

@@ -240,3 +240,19 @@ TEST_CASE("cli: train refuses out-of-range and mistyped numbers, naming the flag
                       {"--bias maybe", "--bias"}};
   for (const Bad& b : bads) check_refusal(b.args, run(std::string("train --quiet ") + b.args), {b.names});
 }
+
+TEST_CASE("cli: train at a long context (block 1024, batch 1) runs on the bundled text, its arena linear in T") {
+  TempDir dir;
+  const Result r = run("train --block-size 1024 --batch-size 1 --steps 2 --eval-interval 2 --eval-iters 1 "
+                       "--final-eval-iters 1 --sample-tokens 0 --out-dir " + quote(dir.file("run")),
+                       120, 4096);
+  INFO("exit " << r.status << "\nstderr: " << r.err << "stdout: " << r.out);
+  REQUIRE(r.status == 0);
+  CHECK(contains(r.out, "block 1024, batch 1"));
+  CHECK(contains(r.out, "val loss"));
+  // The attention is fused (above 512 keys): no (1, 4, 1024, 1024) weights or scores are
+  // kept, and the arena is that of a few (1024, 128) activations a layer.
+  const std::size_t at = r.out.find("arena ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(r.out.substr(at + 6)) < 64.0);  // MiB
+}

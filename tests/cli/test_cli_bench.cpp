@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -137,6 +138,19 @@ TEST_CASE("cli: bench --ab times the plan with planning switches off against the
   CHECK(number_after(p.out, "ab_ratio") > 0);
 }
 
+TEST_CASE("cli: bench --ab fused-attention times attention built as its composition against the fused pair") {
+  TempDir d;
+  ::setenv("GG_FUSED_ATTENTION", "1", 1);  // fused at any length, as the command inherits it
+  const Result r = run("bench --config " + quote(tiny_config(d)) +
+                       " --batch 2 --seq 3 --steps 1 --warmup 1 --profile-steps 1 --threads 1 --ab fused-attention,fuse --ab-steps 10");
+  ::unsetenv("GG_FUSED_ATTENTION");
+  INFO("stdout: " << r.out);
+  CHECK(r.status == 0);
+  CHECK(contains(r.out, "ab_without fuse,fused-attention (arena "));
+  CHECK(number_after(r.out, "ab_ratio") > 0);
+  CHECK(contains(r.out, "attention_back"));  // the profile of the default plan: the fused pair
+}
+
 TEST_CASE("cli: bench --without times the step with kinds of work left out, then profiles the whole plan") {
   TempDir d;
   const std::string base = "--batch 2 --seq 3 --steps 1 --warmup 1 --profile-steps 1 --threads 1 --ab-steps 10";
@@ -162,7 +176,7 @@ TEST_CASE("cli: bench --ab or --without with an unknown name, or too few steps, 
   CHECK(r.status == 1);
   CHECK(r.err_lines() == 1);
   CHECK(contains(r.err, "--ab: 'fusion' is not a planning switch (the switches: simplify, remat, fuse, slice, masked, "
-                        "in-place, epilogue, bf16)"));
+                        "in-place, epilogue, bf16, fused-attention)"));
   CHECK(!contains(r.out, "ms_per_step"));  // refused before any step
   const Result f = run(base + " --ab bf16");  // products in f32 on the other side: only from bf16
   CHECK(f.status == 1);
