@@ -66,6 +66,9 @@ inline __m512i bf_lanes(__m512 x) {
 
 #ifdef GG_BF16_X86
 #define GG_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// The tile kernels are kept out of line: inlined into their caller, the rows' 12 offsets and
+// the panels' pointers spilled to the stack inside the loop (measured 20% slower).
+#define GG_BF16_TILE GG_BF16_TARGET __attribute__((noinline))
 // The first 2 * (n / 32) * 16 pairs of pairs_along, by the instruction; returns how many
 // values it rounded.
 GG_BF16_TARGET i64 pairs_along_native(const float* src, i64 K, u32* out) {
@@ -237,7 +240,7 @@ void tile_emulated(TileA A, const u32* b0, const u32* b1, i64 KP, float* out, i6
 
 #ifdef GG_BF16_X86
 template <bool SLIVER>
-GG_BF16_TARGET void tile_native(TileA A, const u32* b0, const u32* b1,
+GG_BF16_TILE void tile_native(TileA A, const u32* b0, const u32* b1,
                                                                                 i64 KP, float* out, i64 ld) {
   __m512 c0[MR], c1[MR];
   for (int r = 0; r < MR; ++r) c0[r] = c1[r] = _mm512_setzero_ps();
