@@ -316,9 +316,11 @@ struct AbSide {
   std::string label;  // "epilogue", "left out: groups,optimizer (timing only: ...)", ...
 };
 
-// The --ab name that builds attention as its composition instead of the fused primitive pair
-// (a choice made when the graph is built, not a planning pass; dsl/nn.h's AttentionOptions::fused).
+// The --ab names that change how the model's graph is built rather than planned: attention
+// as its composition instead of the fused primitive pair (dsl/nn.h's AttentionOptions::fused),
+// and the products in f32 instead of bf16 (Model::set_bf16_products).
 constexpr const char* kFusedAttention = "fused-attention";
+constexpr const char* kBf16 = "bf16";
 
 // The first unknown name of --ab (planning switches turned off) or --without (kinds of work
 // left out, "optimizer" being clipping and AdamW): {"ab" or "without", the problem, listing
@@ -328,11 +330,11 @@ std::pair<std::string, std::string> ab_problem(const std::vector<std::string>& a
   ExecutorOptions o;
   for (const std::string& name : ab) {
     if (name == kFusedAttention) continue;
-    if (name == "bf16") {
+    if (name == kBf16) {
       if (precision != "bf16") return {"ab", "'bf16' (products in f32 on the other side) needs --precision bf16"};
     } else if (!set_executor_switch(o, name, false)) {
-      return {"ab", fmt::format("'{}' is not a planning switch (the switches: {}, bf16, {})", io::cut(name, 40),
-                                fmt::join(executor_switch_names(), ", "), kFusedAttention)};
+      return {"ab", fmt::format("'{}' is not a planning switch (the switches: {}, {}, {})", io::cut(name, 40),
+                                fmt::join(executor_switch_names(), ", "), kBf16, kFusedAttention)};
     }
   }
   const auto& kinds = skip_work_names();
@@ -348,11 +350,12 @@ AbSide ab_side(const std::vector<std::string>& ab, const std::vector<std::string
   AbSide side;
   for (const std::string& name : ab)
     if (name == kFusedAttention) side.composite_attention = true;
-    else if (name == "bf16") side.f32_products = true;
+    else if (name == kBf16) side.f32_products = true;
     else set_executor_switch(side.options, name, false);
   side.label = switches_off(side.options);
-  if (side.f32_products) side.label += std::string(side.label.empty() ? "" : ",") + "bf16 (products in f32)";
-  if (side.composite_attention) side.label += fmt::format("{}{}", side.label.empty() ? "" : ",", kFusedAttention);
+  auto add = [&](const std::string& what) { side.label += (side.label.empty() ? "" : ",") + what; };
+  if (side.f32_products) add(std::string(kBf16) + " (products in f32)");
+  if (side.composite_attention) add(kFusedAttention);
   for (const std::string& name : without) {
     const auto& kinds = skip_work_names();
     const auto it = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == name; });

@@ -109,7 +109,7 @@ struct AttentionOptions {
   // docs/long-context.md). The fused path is never taken with dropout on the weights while
   // training (the composition draws and applies the mask), nor when q, k and v differ in
   // batch dims; then `out` is the composition's.
-  std::optional<bool> fused;
+  std::optional<bool> fused = std::nullopt;
 };
 
 // When nothing else decides (AttentionOptions::fused), attention with more keys than this is fused.

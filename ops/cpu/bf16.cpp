@@ -184,6 +184,13 @@ void pack_b_cols(const Problem& P, i64 q0, i64 q1, u32* b, std::vector<u32>& tmp
   }
 }
 
+// Panels [q0, q1) of op(B), either layout.
+void pack_b(const Problem& P, i64 q0, i64 q1, u32* b) {
+  thread_local std::vector<u32> tmp;
+  if (P.tb) pack_b_cols(P, q0, q1, b, tmp);
+  else pack_b_rows(P, q0, q1, b);
+}
+
 // The A pairs of rows [m0, m1) into `a`: rows (a[(m - m0) * KP + p]) or, transposed, slivers
 // of MR rows (a[s * KP * MR + p * MR + r]; rows past m1 in the last sliver are 0).
 void pack_a(const Problem& P, i64 m0, i64 m1, u32* a) {
@@ -347,11 +354,7 @@ void gemm_bf16(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
   const bool parallel = 2.0 * double(M) * double(N) * double(K) >= PARALLEL_FLOPS;
   // Packing items: one panel (B transposed) or QB of them (not transposed).
   const i64 per_item = trans_b ? 1 : QB, pack_items = (P.panels + per_item - 1) / per_item;
-  auto pack_panels = [&](i64 i0, i64 i1) {
-    thread_local std::vector<u32> tmp;
-    if (trans_b) pack_b_cols(P, i0, i1, b, tmp);
-    else pack_b_rows(P, i0 * QB, std::min(P.panels, i1 * QB), b);
-  };
+  auto pack_panels = [&](i64 i0, i64 i1) { pack_b(P, i0 * per_item, std::min(P.panels, i1 * per_item), b); };
   // Work items: blocks of MB rows, each split into `chunks` ranges of whole column tiles when
   // there are too few blocks to keep every thread busy (a weight gradient's 128 rows are three
   // blocks). Each value is summed the same way whichever item holds it; a block's rows are
@@ -398,9 +401,7 @@ Bf16PackedB::Bf16PackedB(bool trans_b, std::int64_t K, std::int64_t N, const flo
   const Problem P{{false, trans_b, 0, N, K, 1.f, nullptr, 0, B, ldb, 0.f, nullptr, 0}, (K + 1) / 2, (N + NP - 1) / NP,
                   native_, (K + 1) / 2, 0};
   b_.resize(std::size_t(P.panels * P.KP * NP));
-  thread_local std::vector<u32> tmp;
-  if (trans_b) pack_b_cols(P, 0, P.panels, b_.data(), tmp);
-  else pack_b_rows(P, 0, P.panels, b_.data());
+  pack_b(P, 0, P.panels, b_.data());
 }
 
 void Bf16PackedB::product(bool trans_a, std::int64_t M, const float* A, std::int64_t lda, std::int64_t j0,
